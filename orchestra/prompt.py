@@ -1,0 +1,120 @@
+"""Render what the orchestrator sees, through the model's own chat template, as token ids.
+
+Two context modes (DESIGN.md "Contracts"):
+- reprompt (ToolOrchestra): each turn re-renders system + one user message holding the Problem, the
+  Documents retrieved so far, the code outputs and earlier attempts, each cut to its character budget
+  (newest kept first) so the prompt stays bounded however long the episode runs.
+- transcript: one conversation; after each turn only the *delta* (tool responses + the next assistant
+  header) is tokenized and appended, so the model's own tokens are never re-tokenized.
+
+The system message states the user's preference vector, because the policy must condition on it.
+Tool schemas (with each tier's price and latency in the descriptions) come from the ToolClient.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from orchestra.types import Preference, Task
+
+DEFAULT_SYSTEM = (
+    "You are an orchestrator. Solve the problem by calling tools: retrieval, code, and expert models. "
+    "Stronger experts are more accurate but cost more and take longer. Call exactly one tool per turn "
+    "and give the final answer through the answer tool."
+)
+
+
+class ChatTokenizer(Protocol):
+    """The slice of a HF tokenizer the prompt needs."""
+
+    def apply_chat_template(self, conversation: list[dict[str, Any]], **kwargs: Any) -> Any: ...
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+    def decode(self, ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+def preference_text(pref: Preference) -> str:
+    if not pref:
+        return "User preference: accuracy first."
+    parts = [f"{k} {v:g}" for k, v in sorted(pref.items())]
+    return "User preference weights (higher means more important; negative tool weights mean avoid): " + ", ".join(parts) + "."
+
+
+def _fit(items: list[str], budget: int, label: str) -> str:
+    """Newest items first until `budget` characters; older ones are dropped, the oldest kept one is cut."""
+    if not items or budget <= 0:
+        return ""
+    kept: list[str] = []
+    left = budget
+    for item in reversed(items):
+        if left <= 0:
+            break
+        piece = item if len(item) <= left else item[: max(left - 3, 0)] + "..."
+        kept.append(piece)
+        left -= len(piece)
+    body = "\n".join(f"[{label} {len(items) - i}] {p}" for i, p in enumerate(kept))
+    dropped = len(items) - len(kept)
+    note = f"({dropped} older {label.lower()}s omitted)\n" if dropped else ""
+    return note + "\n".join(reversed(body.split("\n")))
+
+
+class Prompter:
+    def __init__(self, tokenizer: ChatTokenizer, system_prompt: str = "", doc_chars: int = 1200,
+                 code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500):
+        self.tok = tokenizer
+        self.system_prompt = system_prompt or DEFAULT_SYSTEM
+        self.doc_chars, self.code_chars, self.attempt_chars = doc_chars, code_chars, attempt_chars
+        self.max_observation_chars = max_observation_chars
+
+    # ------------------------------------------------------------ messages
+    def system(self, task: Task) -> dict[str, Any]:
+        return {"role": "system", "content": f"{self.system_prompt}\n{preference_text(task.pref)}"}
+
+    def reprompt_user(self, task: Task, documents: list[str], code_outputs: list[str],
+                      attempts: list[str]) -> dict[str, Any]:
+        sections = [f"Problem: {task.problem}"]
+        for title, items, budget in (("Documents", documents, self.doc_chars),
+                                     ("Code outputs", code_outputs, self.code_chars),
+                                     ("Previous attempts", attempts, self.attempt_chars)):
+            body = _fit(items, budget, title.split()[-1].rstrip("s").capitalize())
+            if body:
+                sections.append(f"{title}:\n{body}")
+        return {"role": "user", "content": "\n\n".join(sections)}
+
+    def first_messages(self, task: Task) -> list[dict[str, Any]]:
+        return [self.system(task), {"role": "user", "content": task.problem}]
+
+    def observation(self, text: str) -> str:
+        cap = self.max_observation_chars
+        return text if len(text) <= cap else text[: cap - 3] + "..."
+
+    # ------------------------------------------------------------ tokens
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+               generation_prompt: bool = True) -> str:
+        return self.tok.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                            add_generation_prompt=generation_prompt)
+
+    def encode(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        return list(self.tok.encode(self.render(messages, tools), add_special_tokens=False))
+
+    def delta_ids(self, messages: list[dict[str, Any]], new: list[dict[str, Any]],
+                  tools: list[dict[str, Any]] | None, emitted_end: str) -> list[int]:
+        """Token ids that follow the model's last response: the rest of its end-of-turn text (all of it if
+        the response was cut, what follows the stop token `emitted_end` otherwise), the rendered `new`
+        messages, and the next assistant header. Computed as a string diff of two template renders."""
+        before = self.render(messages, tools, generation_prompt=False)
+        after = self.render(messages + new, tools, generation_prompt=True)
+        if not after.startswith(before):
+            raise ValueError("chat template is not prefix-stable; use context_mode=reprompt with this model")
+        end = self._turn_end(messages, tools)
+        if emitted_end and end.startswith(emitted_end):
+            end = end[len(emitted_end):]
+        return list(self.tok.encode(end + after[len(before):], add_special_tokens=False))
+
+    def _turn_end(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        """The text the template puts after an assistant message's content (e.g. '<|im_end|>\\n')."""
+        probe = messages[:-1] + [{"role": "assistant", "content": "\x00"}]
+        text = self.render(probe, tools, generation_prompt=False)
+        return text.split("\x00", 1)[1] if "\x00" in text else ""
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=False)

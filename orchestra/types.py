@@ -1,0 +1,229 @@
+"""The contracts every part of Orchestra speaks: Task, Message, ToolCall, ToolResult, Turn, Trajectory.
+
+Plain dataclasses with `to_dict` / `from_dict`, so they cross Ray, JSONL and verl's parquet unchanged.
+Nothing here knows about engines, Ray or tools; see DESIGN.md ("Contracts") for the meaning of each field.
+
+The preference vector P is a plain `dict[str, float]` over features `accuracy`, `cost`, `latency` and
+`tool:<id>`; `check_preference` validates one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+Preference = dict[str, float]
+BASE_FEATURES = ("accuracy", "cost", "latency")
+
+# Gymnasium's split: answered = terminated; the rest are truncations or failures.
+TERMINATIONS = ("answered", "max_turns", "budget", "error")
+
+
+def check_preference(pref: dict[str, Any]) -> Preference:
+    """Return P as floats; raise ValueError naming the bad feature (unknown name, non-number, NaN)."""
+    out: Preference = {}
+    for key, value in pref.items():
+        if key not in BASE_FEATURES and not (isinstance(key, str) and key.startswith("tool:") and len(key) > 5):
+            raise ValueError(f"preference feature {key!r} is unknown; use {BASE_FEATURES} or 'tool:<id>'")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"preference feature {key!r} must be a finite number, got {value!r}")
+        out[key] = float(value)
+    return out
+
+
+def _from_dict(cls, data: dict[str, Any]):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown field(s) {sorted(unknown)}")
+    return cls(**data)
+
+
+@dataclass
+class Task:
+    """One problem with its gold answer, tool catalogue, model mapping, price overrides and preference."""
+
+    id: str
+    problem: str
+    answer: str
+    category: str = "qa"  # qa | func_call
+    data_source: str = "synthetic"
+    tools: list[str] = field(default_factory=list)
+    model_mapping: dict[str, str] = field(default_factory=dict)  # tool id (tier) -> expert name
+    pricing: dict[str, dict[str, float]] = field(default_factory=dict)  # expert -> {input, output} $/Mtok
+    pref: Preference = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)  # family, difficulty, allowed doc ids, ...
+
+    def __post_init__(self):
+        if self.category not in ("qa", "func_call"):
+            raise ValueError(f"Task {self.id}: category must be 'qa' or 'func_call', got {self.category!r}")
+        self.pref = check_preference(self.pref)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Task:
+        return _from_dict(cls, data)
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def tool_id(self) -> str:
+        """The id used for tool counts and `tool:<id>` preferences: the tier for model-backed tools."""
+        model = self.arguments.get("model") if isinstance(self.arguments, dict) else None
+        return model if isinstance(model, str) and model else self.name
+
+
+@dataclass
+class Message:
+    role: str  # system | user | assistant | tool
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    name: str = ""  # tool name for role=tool
+
+    def to_chat(self) -> dict[str, Any]:
+        """The dict shape chat templates (and the OpenAI API) expect."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {"type": "function", "id": c.id, "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        if self.name:
+            out["name"] = self.name
+        return out
+
+
+@dataclass
+class ToolResult:
+    """What a tool call returns. Errors and timeouts are returned here, never raised."""
+
+    text: str
+    cost_usd: float = 0.0
+    latency_s: float = 0.0  # service time, not queueing
+    tokens_in: int = 0
+    tokens_out: int = 0
+    error: str | None = None
+    # Tool-specific facts: expert model name, final `answer` (ends the episode), retrieved `documents`,
+    # `code_output`, `estimated` (cost is an estimate), `queue_s`, `cached`.
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @classmethod
+    def failure(cls, message: str, **kw) -> ToolResult:
+        return cls(text=f"Error: {message}", error=message, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolResult:
+        return _from_dict(cls, data)
+
+
+@dataclass
+class ToolRecord:
+    """One executed (or refused) tool call inside an episode, for accounting and traces."""
+
+    turn: int
+    name: str
+    tool_id: str
+    arguments: dict[str, Any]
+    result: ToolResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "name": self.name, "tool_id": self.tool_id, "arguments": self.arguments,
+                "result": self.result.to_dict()}
+
+
+@dataclass
+class ToolContext:
+    """What a tool may know about the episode calling it. Sim experts read the task's family, difficulty
+    and gold answer (they are simulations, labelled as such); real tools use only problem and context."""
+
+    task: Task
+    episode_id: str = ""
+    turn: int = 0
+    attempt: int = 0  # earlier calls of the same tool id in this episode
+    documents: list[str] = field(default_factory=list)  # retrieved so far
+    code_outputs: list[str] = field(default_factory=list)
+    budget_usd_left: float | None = None  # a call whose cost bound exceeds this is refused, not made
+    seed: int = 0
+
+
+@dataclass
+class Turn:
+    """One generate call. In transcript mode `prompt_ids` is the whole context the model saw."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    format_ok: bool = True
+    text: str = ""
+    finish_reason: str = "stop"
+    gen_latency_s: float = 0.0
+    policy_version: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Trajectory:
+    """One episode: its turns, the answer it gave, and what it cost."""
+
+    task_id: str
+    uid: str  # group key: all G episodes of one task in one step share it
+    turns: list[Turn] = field(default_factory=list)
+    answer: str | None = None
+    correct: bool | None = None  # filled by the reward side
+    cost_usd: float = 0.0  # tools + experts (+ orchestrator tokens once accounted)
+    latency_s: float = 0.0  # sum of tool service times
+    tool_counts: dict[str, int] = field(default_factory=dict)  # tool id -> turns whose first call used it
+    termination: str = "error"
+    context_mode: str = "reprompt"
+    tool_records: list[ToolRecord] = field(default_factory=list)
+    gen_latency_s: float = 0.0
+    error: str | None = None
+    episode_id: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def terminated(self) -> bool:
+        return self.termination == "answered"
+
+    @property
+    def truncated(self) -> bool:
+        return self.termination in ("max_turns", "budget")
+
+    @property
+    def policy_tokens(self) -> tuple[int, int]:
+        """(prompt tokens, generated tokens) the orchestrator itself processed."""
+        return sum(len(t.prompt_ids) for t in self.turns), sum(len(t.response_ids) for t in self.turns)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        data = dict(data)
+        turns = [Turn(**{**t, "tool_calls": [ToolCall(**c) for c in t.get("tool_calls", [])]})
+                 for t in data.pop("turns", [])]
+        records = [ToolRecord(**{**r, "result": ToolResult.from_dict(r["result"])})
+                   for r in data.pop("tool_records", [])]
+        return cls(turns=turns, tool_records=records, **data)

@@ -1,0 +1,36 @@
+"""Shared test setup: offline, CPU-only, one local Ray cluster per test session (started on first use)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import fakes`
+
+SHARED_DATA = Path(os.environ.get("ORCHESTRA_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA} (set ORCHESTRA_SHARED_DATA)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for the whole session; tests that need Ray take this fixture."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=8, object_store_memory=256 * 1024**2, include_dashboard=False,
+                 namespace="orchestra-tests", log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
