@@ -1,0 +1,71 @@
+"""Config composition and validation: presets merge, overrides apply, bad keys/types name key and file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestra.config import ConfigError, ExperimentConfig, load_config, to_yaml
+
+
+def test_default_is_cpu_tiny():
+    cfg = load_config()
+    assert isinstance(cfg, ExperimentConfig)
+    assert cfg.name == "cpu_tiny" and cfg.model.name == "tiny" and cfg.backend == "local"
+    assert cfg.run_dir == "runs/cpu_tiny"
+    assert cfg.zoo.tiers["answer-1"] in cfg.zoo.experts
+
+
+def test_h100_preset_carries_toolorchestra_values():
+    cfg = load_config(["experiment=h100_2x8"])
+    assert cfg.backend == "verl" and cfg.model.name == "Qwen/Qwen3-8B"
+    assert (cfg.algo.group_size, cfg.algo.prompts_per_step, cfg.algo.lr) == (8, 16, 1e-6)
+    assert (cfg.algo.clip_ratio_low, cfg.algo.clip_ratio_high) == (0.2, 0.28)
+    assert (cfg.algo.kl_type, cfg.algo.kl_coef, cfg.agent.max_turns) == ("mse", 1e-4, 30)
+
+
+def test_cli_overrides_and_group_swap():
+    cfg = load_config(["algo.lr=0.5", "model=smollm2", "agent.budget.usd=0.25", "zoo.tools=[answer]"])
+    assert cfg.algo.lr == 0.5 and cfg.model.name == "smollm2"
+    assert cfg.agent.budget.usd == 0.25 and cfg.zoo.tools == ["answer"]
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("algo.nope=1", "algo.nope"),
+    ("algo.lr=abc", "algo.lr"),
+    ("model=nope", "model=nope"),
+    ("experiment=nope", "experiment=nope"),
+    ("algo.group_size=1", "algo.group_size"),
+    ("data.n_train=0", "data.n_train"),
+    ("agent.context_mode=chat", "agent.context_mode"),
+    ("justtext", "key=value"),
+])
+def test_bad_overrides_name_the_key(override, needle):
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.").replace("[", r"\[")):
+        load_config([override])
+
+
+def test_bad_file_names_key_and_file(tmp_path: Path):
+    conf = tmp_path / "conf"
+    for group in ("experiment", "model", "zoo", "reward", "backend"):
+        (conf / group).mkdir(parents=True)
+    (conf / "model" / "m.yaml").write_text("name: tiny\ntiny:\n  hidden_size: lots\n")
+    (conf / "experiment" / "e.yaml").write_text("defaults: {model: m}\nname: e\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(["experiment=e"], conf_dir=conf)
+    assert "m.yaml" in str(err.value) and "hidden_size" in str(err.value)
+    (conf / "experiment" / "e.yaml").write_text("name: e\nalgo: {lr_typo: 1}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(["experiment=e"], conf_dir=conf)
+    assert "e.yaml" in str(err.value) and "lr_typo" in str(err.value)
+
+
+def test_print_config_round_trips(capsys):
+    from cluster.train import main
+
+    assert main(["--print-config", "algo.steps=3"]) == 0
+    out = capsys.readouterr().out
+    assert "steps: 3" in out and "name: cpu_tiny" in out
+    assert "steps: 3" in to_yaml(load_config(["algo.steps=3"]))
+    assert main(["algo.bogus=1"]) == 2
