@@ -1,0 +1,102 @@
+"""Rollout worker: holds one engine and runs many episodes at once through the shared agent loop.
+
+A plain class; cluster/train.py makes it a Ray actor (resources from config) with a readable name.
+Episodes run concurrently as asyncio tasks, so the HF engine batches their generate calls while tool calls
+(tool-server actors, or in-process tools) are in flight. Each finished trajectory is handed to the reward
+actor at once (streaming: a group is scored as soon as its last member arrives, wherever it ran), and the
+worker returns the scored results. Weights arrive versioned from the learner through the object store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from orchestra.agent_loop import AgentLoop
+from orchestra.engine import Sampling
+from orchestra.prompt import Prompter
+from orchestra.types import Task, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+def build_engine(model: Any, tokenizer: Any, kind: str, engine_kwargs: dict[str, Any]) -> Any:
+    if kind == "vllm":
+        from orchestra.vllm_engine import VLLMEngine
+
+        return VLLMEngine.from_model(model, tokenizer, **engine_kwargs)
+    from orchestra.engine import HFEngine
+
+    return HFEngine.from_model(model, tokenizer, **engine_kwargs)
+
+
+class RolloutWorker:
+    def __init__(self, *, worker_id: int, model_name: str, model_kwargs: dict[str, Any], engine_kind: str,
+                 engine_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], prompter_kwargs: dict[str, Any],
+                 tool_handles: dict[str, Any] | None = None, zoo: dict[str, Any] | None = None,
+                 corpus_path: str = "", tool_timeout_s: float = 60.0, reward_actor: Any = None):
+        from orchestra.models import eos_token_ids, load_policy
+
+        self.worker_id = worker_id
+        model, self.tokenizer = load_policy(model_name, **model_kwargs)
+        self.engine = build_engine(model, self.tokenizer, engine_kind, engine_kwargs)
+        if tool_handles:
+            from actors.tool_server import RayToolClient
+
+            tools = RayToolClient(tool_handles, timeout_s=tool_timeout_s)
+        else:
+            tools = _local_tools(zoo or {}, corpus_path)
+        self.loop = AgentLoop(self.engine, tools, Prompter(self.tokenizer, **prompter_kwargs),
+                              eos_token_ids=eos_token_ids(self.tokenizer), **agent_kwargs)
+        self.reward_actor = reward_actor
+        self.version = 0
+
+    def ready(self) -> int:
+        return self.worker_id
+
+    def load_weights(self, version: int, state_dict: dict[str, Any]) -> int:
+        """Swap in the learner's weights (the engine waits for its running batch)."""
+        self.engine.load_weights(state_dict, version)
+        self.version = version
+        return version
+
+    async def rollout(self, requests: list[dict[str, Any]], sampling: dict[str, Any]) -> list[dict[str, Any]]:
+        """Run episodes; each request is {task, uid, group_size}. With a reward actor, each trajectory is
+        submitted as it finishes and the result carries its score; without, only the trajectory."""
+        samp = Sampling(**sampling)
+
+        async def one(req: dict[str, Any]) -> dict[str, Any]:
+            task = Task.from_dict(req["task"])
+            traj = await self.loop.run(task, samp, uid=req["uid"], policy_version=self.version)
+            out: dict[str, Any] = {"traj": traj.to_dict(), "task_id": task.id, "uid": req["uid"]}
+            if self.reward_actor is not None:
+                out["scored"] = await self.reward_actor.submit.remote(out["traj"], req["task"], req["group_size"])
+            return out
+
+        return list(await asyncio.gather(*(one(r) for r in requests)))
+
+    def stats(self) -> dict[str, Any]:
+        get = getattr(self.engine, "stats", None)
+        return {"worker_id": self.worker_id, "version": self.version, **(get() if callable(get) else {})}
+
+
+def _local_tools(zoo: dict[str, Any], corpus_path: str) -> Any:
+    """In-process tools (no tool-server actors): tests, evaluation and single-process runs."""
+    from omegaconf import OmegaConf
+
+    from orchestra.config import ZooConfig
+    from tools.base import LocalToolClient
+    from tools.registry import build_tools
+
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ZooConfig), zoo))
+    kwargs: dict[str, Any] = {}
+    if corpus_path:
+        from orchestra.tasks import load_corpus
+
+        kwargs["corpus"] = load_corpus(corpus_path)
+    return LocalToolClient(build_tools(cfg, **kwargs))
+
+
+def trajectory(result: dict[str, Any]) -> Trajectory:
+    return Trajectory.from_dict(result["traj"])

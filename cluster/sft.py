@@ -1,0 +1,79 @@
+"""SFT warm start: teach the policy the tool-call *format*, not the routing.
+
+Demonstrations are valid episodes whose tool choices are random over each task's catalogue (random tools,
+random tiers, then `answer` with a random tier), played through the real agent loop and tools so prompts and
+observations look exactly like RL's. The learner then minimises cross-entropy on the demonstrated responses.
+Because the choices are uniform, the warm-started policy is a format-correct *random* router: RL has to learn
+which tool and tier to use.
+
+`python -m cluster.sft [key=value ...]` runs SFT only (the training driver with `algo.steps=0`): it warm-starts,
+evaluates on the held-out split and writes a checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from typing import Any
+
+from orchestra.agent_loop import AgentLoop, ToolClient, episode_samples
+from orchestra.engine import Sampling
+from orchestra.prompt import Prompter
+from orchestra.scripted import random_episode, script_engine
+from orchestra.types import Task
+
+
+async def _demos(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_kwargs: dict[str, Any],
+                 agent_kwargs: dict[str, Any], eos_ids: list[int], n: int, seed: int, max_tokens: int) -> list[Any]:
+    rng = random.Random(f"sft:{seed}")
+    prompter = Prompter(tokenizer, **prompter_kwargs)
+    samples: list[Any] = []
+
+    async def one(i: int) -> list[Any]:
+        task = tasks[i % len(tasks)]
+        script = random_episode(task, tools.schemas(task), random.Random(rng.random()))
+        loop = AgentLoop(script_engine(tokenizer, script, eos_ids[0]), tools, prompter, eos_token_ids=eos_ids,
+                         **agent_kwargs)
+        traj = await loop.run(task, Sampling(max_tokens=max_tokens), uid=f"sft-{i}")
+        return [s for s, turn in zip(episode_samples(traj), traj.turns) if turn.format_ok]
+
+    for start in range(0, n, 64):
+        for part in await asyncio.gather(*(one(i) for i in range(start, min(n, start + 64)))):
+            samples.extend(part)
+    return samples
+
+
+def demo_samples(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_kwargs: dict[str, Any],
+                 agent_kwargs: dict[str, Any], eos_ids: list[int], n: int, seed: int,
+                 max_tokens: int = 96) -> list[Any]:
+    """`n` random-choice demonstration episodes -> training samples (orchestra.agent_loop.Sample)."""
+    if not tasks:
+        raise ValueError("SFT needs at least one task")
+    return asyncio.run(_demos(tasks, tools, tokenizer, prompter_kwargs, agent_kwargs, eos_ids, n, seed, max_tokens))
+
+
+def sft_batches(samples: list[Any], steps: int, batch_size: int, seed: int) -> list[list[Any]]:
+    """Shuffled epochs of the demonstrations cut into `steps` batches (deterministic)."""
+    rng = random.Random(f"sft-batches:{seed}")
+    order: list[int] = []
+    batches = []
+    for _ in range(steps):
+        if len(order) < batch_size:
+            epoch = list(range(len(samples)))
+            rng.shuffle(epoch)
+            order += epoch
+        batches.append([samples[j] for j in order[:batch_size]])
+        del order[:batch_size]
+    return batches
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cluster.train import main as train_main
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return train_main([*argv, "algo.steps=0"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

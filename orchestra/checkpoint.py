@@ -1,0 +1,122 @@
+"""Atomic, verifiable checkpoints in a run directory: `<run_dir>/checkpoints/step_000012/`.
+
+A checkpoint is written into a hidden temporary directory, sealed with a MANIFEST.json holding each file's
+size and sha256, fsynced, and only then renamed into place (rename is atomic on one filesystem). A crash
+mid-write therefore leaves either the previous checkpoint or a stray temp dir, never a half checkpoint under
+a real name. `latest_good` walks checkpoints newest first and skips (and reports) any whose manifest is missing
+or whose files no longer match it, so a corrupt checkpoint falls back to the previous one.
+What goes inside (policy, optimizer, RNG, data position, reward-actor state) is the caller's business.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+MANIFEST = "MANIFEST.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def save(run_dir: str | Path, step: int, write: Callable[[Path], None], meta: dict[str, Any], keep: int = 2) -> Path:
+    """Call `write(tmp_dir)` to fill a checkpoint, seal it, and atomically publish it as step_<step>."""
+    root = checkpoint_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step:06d}_", dir=root))
+    try:
+        write(tmp)
+        (tmp / "meta.json").write_text(json.dumps({**meta, "step": step}, indent=1))
+        files = {}
+        for p in sorted(tmp.rglob("*")):
+            if p.is_file():
+                with open(p, "rb") as f:
+                    os.fsync(f.fileno())
+                files[str(p.relative_to(tmp))] = {"size": p.stat().st_size, "sha256": _sha256(p)}
+        (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": files}, indent=1))
+        _fsync_dir(tmp)
+        if final.exists():  # re-saving the same step (e.g. after a resume): replace it atomically enough
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _prune(root, keep)
+    return final
+
+
+def verify(path: Path) -> str | None:
+    """None if the checkpoint matches its manifest, else what is wrong."""
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        return "no manifest (incomplete write)"
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError) as e:
+        return f"unreadable manifest: {e}"
+    for name, want in files.items():
+        p = path / name
+        if not p.is_file():
+            return f"missing file {name}"
+        if p.stat().st_size != want["size"] or _sha256(p) != want["sha256"]:
+            return f"file {name} does not match its manifest (corrupt)"
+    return None
+
+
+def candidates(run_dir: str | Path) -> list[Path]:
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_")), reverse=True)
+
+
+def latest_good(run_dir: str | Path, report: Callable[[str], None] | None = None) -> Path | None:
+    """Newest checkpoint that verifies; corrupt ones are reported (and left in place for inspection)."""
+    for path in candidates(run_dir):
+        problem = verify(path)
+        if problem is None:
+            return path
+        msg = f"checkpoint {path} is unusable ({problem}); falling back to an earlier one"
+        (report or log.warning)(msg)
+    return None
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    return json.loads((path / "meta.json").read_text())
+
+
+def _prune(root: Path, keep: int) -> None:
+    if keep <= 0:
+        return
+    good = [p for p in sorted(root.iterdir(), reverse=True) if p.is_dir() and p.name.startswith("step_")]
+    for old in good[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stray in root.glob(".tmp_step_*"):  # leftovers of writes killed mid-way
+        shutil.rmtree(stray, ignore_errors=True)

@@ -1,0 +1,66 @@
+"""Scripted policies: engines whose "generation" is a tool call chosen by a rule, tokenized like real output.
+
+They let fixed routers run through the very same agent loop, tools and accounting as the learned policy:
+SFT demonstrations (random tool choices over the task's catalogue, cluster/sft.py) and evaluation baselines
+(always-strongest, always-cheapest, random, heuristic, oracle; orchestra/evaluate.py). A `Router` maps the
+episode state to the next call; `RouterEngine` turns that into token ids ending with the end-of-turn token.
+Logprobs are 0.0 (a script is deterministic); nothing here is trained.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+from orchestra.engine import Generation, Sampling
+from orchestra.types import Task
+
+
+def call_text(name: str, arguments: dict[str, Any]) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def tiers_of(schema: dict[str, Any]) -> list[str]:
+    """The `model` tier ids a tool schema offers (its enum), or [] for tools without tiers."""
+    params = schema.get("function", schema).get("parameters", {})
+    model = params.get("properties", {}).get("model", {})
+    return list(model.get("enum", []))
+
+
+def random_episode(task: Task, schemas: list[dict[str, Any]], rng: random.Random, max_pre_calls: int = 2,
+                   final_tool: str = "answer") -> list[str]:
+    """A valid episode script with random tool choices: 0..max_pre_calls non-final calls, then the final tool.
+    Every tool is called with a random tier from its schema (SFT teaches the format, not the routing)."""
+    by_name = {s.get("function", s)["name"]: s for s in schemas}
+    others = [n for n in by_name if n != final_tool and tiers_of(by_name[n])]
+    script = []
+    for _ in range(rng.randint(0, max_pre_calls) if others else 0):
+        name = rng.choice(others)
+        script.append(call_text(name, {"model": rng.choice(tiers_of(by_name[name]))}))
+    if final_tool in by_name:
+        tiers = tiers_of(by_name[final_tool])
+        script.append(call_text(final_tool, {"model": rng.choice(tiers)} if tiers else {}))
+    return script
+
+
+class RouterEngine:
+    """Engine over a script: `choose(turn, prompt_text)` returns the reply text for that turn."""
+
+    def __init__(self, tokenizer: Any, choose: Callable[[int, str], str], eos_token_id: int):
+        self.tok, self.choose, self.eos = tokenizer, choose, eos_token_id
+        self.turn = 0
+
+    async def generate(self, prompt_ids: list[int], sampling: Sampling) -> Generation:
+        text = self.choose(self.turn, self.tok.decode(prompt_ids, skip_special_tokens=False))
+        self.turn += 1
+        ids = list(self.tok.encode(text, add_special_tokens=False)) + [self.eos]
+        if len(ids) > sampling.max_tokens:
+            return Generation(ids[: sampling.max_tokens], [0.0] * sampling.max_tokens, "length")
+        return Generation(ids, [0.0] * len(ids), "stop")
+
+
+def script_engine(tokenizer: Any, script: list[str], eos_token_id: int) -> RouterEngine:
+    """One episode's engine replaying `script` (its last entry repeats if the episode runs longer)."""
+    return RouterEngine(tokenizer, lambda turn, _prompt: script[min(turn, len(script) - 1)], eos_token_id)
