@@ -61,16 +61,21 @@ class RolloutWorker:
         self.version = version
         return version
 
-    async def rollout(self, requests: list[dict[str, Any]], sampling: dict[str, Any]) -> list[dict[str, Any]]:
-        """Run episodes; each request is {task, uid, group_size}. With a reward actor, each trajectory is
-        submitted as it finishes and the result carries its score; without, only the trajectory."""
+    def load_weights_packed(self, weights: tuple[int, dict[str, Any]]) -> int:
+        """The learner's `get_weights()` result as one object-store object, shared by every worker."""
+        return self.load_weights(*weights)
+
+    async def rollout(self, requests: list[dict[str, Any]], sampling: dict[str, Any],
+                      score: bool = True) -> list[dict[str, Any]]:
+        """Run episodes; each request is {task, uid, group_size}. With `score`, each trajectory goes to the
+        reward actor as soon as it finishes and the result carries its score; else only the trajectory."""
         samp = Sampling(**sampling)
 
         async def one(req: dict[str, Any]) -> dict[str, Any]:
             task = Task.from_dict(req["task"])
             traj = await self.loop.run(task, samp, uid=req["uid"], policy_version=self.version)
             out: dict[str, Any] = {"traj": traj.to_dict(), "task_id": task.id, "uid": req["uid"]}
-            if self.reward_actor is not None:
+            if score and self.reward_actor is not None:
                 out["scored"] = await self.reward_actor.submit.remote(out["traj"], req["task"], req["group_size"])
             return out
 

@@ -1,14 +1,44 @@
 """Training driver: `python -m cluster.train [experiment=NAME] [key=value ...] [--print-config]`.
 
-Reads the composed config (orchestra/config.py), then runs the backend's training job. `--print-config`
-prints the resolved config and exits, touching no cluster.
+Runs as a plain process or under `ray job submit --working-dir . -- python -m cluster.train ...`. It composes
+the config (orchestra/config.py), attaches to a Ray cluster or starts a local one (cluster/launch.py), builds
+the task set, and then runs, as flat named and timed phases:
+  SFT warm start (first run only) -> held-out eval ->
+  per step: sample tasks -> rollouts (rewards stream per group) -> advantages -> update -> weight sync
+            -> (eval) -> checkpoint -> log
+  -> final held-out eval, plots, summary.
+A run directory that already holds a good checkpoint is resumed from it (same task order; at most the step
+in flight is lost). `backend=verl` hands over to cluster/verl_job.py.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
-from orchestra.config import ConfigError, load_config, to_yaml
+from orchestra.config import ConfigError, ExperimentConfig, load_config, to_yaml
+
+
+class Phases:
+    """Wall time per named phase of the current step."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - start
+
+    def pop(self) -> dict[str, float]:
+        out, self.times = self.times, {}
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +53,29 @@ def main(argv: list[str] | None = None) -> int:
     if print_only:
         print(to_yaml(cfg))
         return 0
-    raise SystemExit("the training driver lands with the [train] issue")
+    if cfg.backend == "verl":
+        from cluster.verl_job import main as verl_main
+
+        return verl_main(overrides)
+    from cluster.trainer import Trainer
+
+    trainer = Trainer(cfg)
+    try:
+        summary = trainer.fit()
+    finally:
+        trainer.close()
+    for name in ("heldout_reward_gain", "train_wall_s"):
+        if name in summary:
+            print(f"RESULT {name}={summary[name]:.4f}")
+    return 0
+
+
+def run_dir(cfg: ExperimentConfig) -> Path:
+    return Path(cfg.run_dir).expanduser().resolve()
+
+
+def describe(result: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items())
 
 
 if __name__ == "__main__":

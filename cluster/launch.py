@@ -1,0 +1,103 @@
+"""Ray resources and actors for a training run — the only place that knows CPUs, GPUs and restarts.
+
+`init_ray` attaches to `cluster.address` / $RAY_ADDRESS or starts a local cluster sized by config (token auth is
+Ray's default and is left on). The `start_*` functions make the plain role classes of actors/ into named Ray
+actors (readable in the dashboard: `learner`, `reward`, `rollout-worker-0`, `tool:search`, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from typing import Any
+
+import ray
+
+from orchestra.config import ExperimentConfig
+
+
+def init_ray(cfg: ExperimentConfig) -> str:
+    """Attach or start; returns a short description for the console."""
+    if ray.is_initialized():
+        return "already initialised"
+    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS", "")
+    env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}}
+    if address:
+        ray.init(address=address, runtime_env=env, log_to_driver=True)
+        return f"attached to {address}"
+    ray.init(num_cpus=cfg.cluster.num_cpus, object_store_memory=cfg.cluster.object_store_memory_mb * 1024**2,
+             include_dashboard=None, runtime_env=env, log_to_driver=True)
+    return f"local cluster ({ray.cluster_resources().get('CPU', 0):g} CPUs)"
+
+
+def model_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
+    m = cfg.model
+    return {"tiny": m.tiny, "dtype": m.dtype, "device": m.device, "attn_implementation": m.attn_implementation,
+            "cache_dir": m.cache_dir, "chat_template": m.chat_template, "seed": cfg.seed}
+
+
+def agent_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
+    a = cfg.agent
+    return {"context_mode": a.context_mode, "answer_mode": a.answer_mode, "max_turns": a.max_turns,
+            "max_calls_per_turn": a.max_calls_per_turn, "max_context_tokens": a.max_context_tokens,
+            "budget_usd": a.budget.usd, "budget_seconds": a.budget.seconds, "budget_turns": a.budget.turns,
+            "count_generation_latency": a.count_generation_latency}
+
+
+def prompter_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
+    a = cfg.agent
+    return {"system_prompt": a.system_prompt, "doc_chars": a.doc_chars, "code_chars": a.code_chars,
+            "attempt_chars": a.attempt_chars, "max_observation_chars": a.max_observation_chars}
+
+
+def zoo_dict(cfg: ExperimentConfig) -> dict[str, Any]:
+    return asdict(cfg.zoo)
+
+
+def start_tool_servers(cfg: ExperimentConfig) -> dict[str, Any]:
+    from actors.tool_server import make_tool_server
+
+    s = cfg.zoo.server
+    return {name: make_tool_server(name, zoo_dict(cfg), num_cpus=s.num_cpus, max_concurrency=s.max_concurrency,
+                                   max_restarts=s.max_restarts)
+            for name in cfg.zoo.tools}
+
+
+def start_reward_actor(cfg: ExperimentConfig) -> Any:
+    from actors.reward_actor import RewardActor
+
+    r = cfg.reward
+    cls = ray.remote(RewardActor).options(name="reward", num_cpus=cfg.cluster.reward_cpus, max_concurrency=1000,
+                                          max_restarts=cfg.cluster.max_restarts)
+    return cls.remote(rubric=r.rubric, judges=dict(r.judges), min_std=r.min_std, clip=r.adv_clip,
+                      cost_scale=r.cost_scale, latency_scale=r.latency_scale,
+                      orchestrator_price_in=cfg.model.price_in_per_mtok,
+                      orchestrator_price_out=cfg.model.price_out_per_mtok, group_deadline_s=r.group_deadline_s,
+                      failure_reward=r.failure_reward, count_generation_latency=r.count_generation_latency)
+
+
+def start_learner(cfg: ExperimentConfig) -> Any:
+    from actors.learner import PolicyLearner
+
+    c = cfg.cluster
+    cls = ray.remote(PolicyLearner).options(name="learner", num_cpus=c.learner_cpus, num_gpus=c.learner_gpus,
+                                            max_restarts=0)
+    return cls.remote(cfg)
+
+
+def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], reward: Any) -> list[Any]:
+    from actors.rollout_worker import RolloutWorker
+
+    c, e = cfg.cluster, cfg.engine
+    workers = []
+    for i in range(c.num_rollout_workers):
+        cls = ray.remote(RolloutWorker).options(name=f"rollout-worker-{i}", num_cpus=c.rollout_worker_cpus,
+                                                num_gpus=c.rollout_worker_gpus, max_restarts=c.max_restarts,
+                                                max_concurrency=1000)
+        workers.append(cls.remote(
+            worker_id=i, model_name=cfg.model.name, model_kwargs=model_kwargs(cfg), engine_kind=e.kind,
+            engine_kwargs={"max_batch_size": e.max_batch_size, "batch_wait_ms": e.batch_wait_ms},
+            agent_kwargs=agent_kwargs(cfg), prompter_kwargs=prompter_kwargs(cfg), tool_handles=tool_handles,
+            tool_timeout_s=cfg.zoo.server.timeout_s, reward_actor=reward))
+    ray.get([w.ready.remote() for w in workers])
+    return workers

@@ -1,0 +1,142 @@
+"""Serve entry point: `python -m cluster.serve [key=value ...] [--check]` (what `make serve` runs).
+
+Reads conf/serve.yaml (a Ray Serve config; `config=PATH` picks another), applies command-line overrides,
+starts a local Ray cluster (or attaches to $RAY_ADDRESS), runs the app and prints the URL and how to call it,
+then serves until Ctrl-C. Overrides:
+  host=127.0.0.1 port=8000           HTTP address (http_options)
+  replicas=N num_cpus=X num_gpus=Y   the deployment's replicas and per-replica resources
+  checkpoint=... experiment=... ...   any actors.serve_api.ServeSettings field (the application args)
+  model.dtype=bfloat16 ...            any other dotted key: an override of the experiment config
+`--check` validates everything and prints the resolved plan without starting Ray.
+The app itself (routes, auth, agent loop) is actors/serve_app.py; this file only knows resources and addresses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from actors.serve_api import ServeSettings, settings_from_dict
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "serve.yaml"
+SETTINGS_KEYS = {f.name for f in dataclasses.fields(ServeSettings)}
+
+
+@dataclasses.dataclass
+class ServePlan:
+    app_name: str
+    route_prefix: str
+    args: dict[str, Any]
+    http_options: dict[str, Any]
+    deployment_options: dict[str, Any]
+
+
+def _parse_value(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text) if text else ""  # YAML scalars: 8000 -> int, true -> bool
+    except yaml.YAMLError:
+        return text
+
+
+def plan(argv: list[str]) -> ServePlan:
+    """conf/serve.yaml + overrides -> what to run; raises ValueError naming a bad key or value."""
+    import yaml
+
+    items = [a for a in argv if a != "--check"]
+    config = DEFAULT_CONFIG
+    for item in items:
+        if item.startswith("config="):
+            config = Path(item.split("=", 1)[1])
+    if not config.is_file():
+        raise ValueError(f"serve config {config} does not exist")
+    doc = yaml.safe_load(config.read_text()) or {}
+    apps = doc.get("applications") or []
+    if not apps:
+        raise ValueError(f"{config}: no applications")
+    app = apps[0]
+    args = dict(app.get("args") or {})
+    args["overrides"] = list(args.get("overrides") or [])
+    deployments = app.get("deployments") or [{}]
+    dep = {k: v for k, v in deployments[0].items() if k != "name"}
+    dep["ray_actor_options"] = dict(dep.get("ray_actor_options") or {})
+    http = dict(doc.get("http_options") or {})
+    for item in items:
+        if item.startswith("config="):
+            continue
+        if "=" not in item:
+            raise ValueError(f"argument {item!r} is not key=value (or --check)")
+        key, raw = item.split("=", 1)
+        value = _parse_value(raw)
+        if key in ("host", "port"):
+            http[key] = value
+        elif key == "replicas":
+            dep.pop("autoscaling_config", None)
+            dep["num_replicas"] = int(value)
+        elif key in ("num_cpus", "num_gpus"):
+            dep["ray_actor_options"][key] = float(value)
+        elif key in SETTINGS_KEYS:
+            args[key] = value
+        elif "." in key:
+            args["overrides"].append(item)
+        else:
+            raise ValueError(f"unknown key {key!r}; use host, port, replicas, num_cpus, num_gpus, config, "
+                             f"{', '.join(sorted(SETTINGS_KEYS))}, or a dotted experiment key")
+    settings_from_dict(args)  # names a bad application arg before anything starts
+    return ServePlan(app.get("name", "orchestra"), app.get("route_prefix", "/"), args, http, dep)
+
+
+def usage_text(url: str, model_id: str) -> str:
+    key = "$ORCHESTRA_API_KEY"
+    return (f"Orchestra is serving at {url}  (model id {model_id!r})\n"
+            f"  curl {url}/v1/chat/completions -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\\n"
+            f"    -d '{{\"model\": \"{model_id}\", \"messages\": [{{\"role\": \"user\", \"content\": \"What is 17 * 23?\"}}],"
+            f" \"preference\": \"cost-first\", \"budget\": {{\"usd\": 0.05}}}}'\n"
+            f"  python: openai.OpenAI(base_url='{url}/v1', api_key=...).chat.completions.create(model='{model_id}', ...)\n"
+            "Ctrl-C stops it.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        p = plan(argv)
+    except ValueError as e:
+        print(f"serve config error: {e}", file=sys.stderr)
+        return 2
+    if "--check" in argv:
+        print(json.dumps(dataclasses.asdict(p), indent=2))
+        return 0
+    import ray
+    from ray import serve
+
+    from actors.serve_app import deployment
+
+    address = os.environ.get("RAY_ADDRESS", "")
+    if address:
+        ray.init(address=address)
+    else:
+        ray.init(include_dashboard=False)
+    try:
+        serve.start(http_options=p.http_options)
+        serve.run(deployment(**p.deployment_options).bind(p.args), name=p.app_name, route_prefix=p.route_prefix)
+        host = p.http_options.get("host", "127.0.0.1")
+        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{p.http_options.get('port', 8000)}"
+        print(usage_text(url.rstrip("/") + p.route_prefix.rstrip("/"), p.args.get("model_id", "orchestra")), flush=True)
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""The local-backend training run behind `python -m cluster.train` (see cluster/train.py for the phase list).
+
+The driver is one process; every heavy thing is an actor (cluster/launch.py): tool servers, the reward actor,
+the learner, rollout workers. Each step is a flat list of named, timed phases, each one call on an actor group.
+Resume: the newest good checkpoint in the run dir restores policy, optimizer, RNG, step, reward-actor counters
+and metrics; the task order is a pure function of (seed, step), so a restarted run sees the same tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+import ray
+from rich.console import Console
+
+from cluster import launch
+from cluster.train import Phases, describe, run_dir
+from orchestra import checkpoint
+from orchestra.agent_loop import episode_samples
+from orchestra.config import ExperimentConfig, to_yaml
+from orchestra.preferences import preset
+from orchestra.tasks import build_task_set, load_corpus, load_tasks, save_corpus, save_tasks
+from orchestra.tracking import Tracker
+from orchestra.types import Task, Trajectory
+
+
+class TaskSampler:
+    """Deterministic task order: epoch e is a permutation seeded by (seed, e); step s takes the next slice."""
+
+    def __init__(self, tasks: list[Task], per_step: int, seed: int):
+        self.tasks, self.per_step, self.seed = tasks, per_step, seed
+
+    def batch(self, step: int) -> list[Task]:
+        out, n = [], len(self.tasks)
+        for k in range((step - 1) * self.per_step, step * self.per_step):
+            epoch, pos = divmod(k, n)
+            order = list(range(n))
+            random.Random(f"{self.seed}:{epoch}").shuffle(order)
+            out.append(self.tasks[order[pos]])
+        return out
+
+
+class Trainer:
+    def __init__(self, cfg: ExperimentConfig, console: Console | None = None):
+        self.cfg, self.console = cfg, console or Console()
+        self.dir = run_dir(cfg)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.phases = Phases()
+        self.started = time.perf_counter()
+        self._data()
+        self.console.print(f"[bold]orchestra[/] {cfg.name}: {len(self.train)} train / {len(self.heldout)} held-out "
+                           f"tasks, run dir {self.dir}")
+        self.console.print(f"ray: {launch.init_ray(cfg)}")
+        with self.phases("start actors"):
+            self.tools = launch.start_tool_servers(cfg)
+            self.reward = launch.start_reward_actor(cfg)
+            self.learner = launch.start_learner(cfg)
+            self.workers = launch.start_rollout_workers(cfg, self.tools, self.reward)
+        self.console.print(f"actors up in {self.phases.times['start actors']:.1f}s: {len(self.workers)} rollout "
+                           f"worker(s), tools {sorted(self.tools)}")
+        self.tracker: Tracker | None = None
+
+    # ------------------------------------------------------------------ data
+    def _data(self) -> None:
+        data = self.dir / "data"
+        files = [data / "train.jsonl", data / "heldout.jsonl", data / "corpus.jsonl"]
+        if all(f.is_file() for f in files):  # resume: the exact same tasks as the first run
+            self.train, self.heldout, corpus = load_tasks(files[0]), load_tasks(files[1]), load_corpus(files[2])
+        else:
+            self.train, self.heldout, corpus = build_task_set(self.cfg.data, dict(self.cfg.zoo.tiers))
+            pref = preset(self.cfg.eval.preference)
+            for t in self.heldout:  # held-out score is absolute: one fixed preference for every task
+                t.pref = dict(pref)
+            data.mkdir(parents=True, exist_ok=True)
+            save_tasks(self.train, files[0])
+            save_tasks(self.heldout, files[1])
+            save_corpus(corpus, files[2])
+        if not self.cfg.zoo.retriever.corpus:
+            self.cfg.zoo.retriever.corpus = str(files[2])
+        self.sampler = TaskSampler(self.train, self.cfg.algo.prompts_per_step, self.cfg.seed)
+        (self.dir / "config.yaml").write_text(to_yaml(self.cfg))
+
+    # ------------------------------------------------------------------ rollouts
+    def _sampling(self, eval_mode: bool) -> dict[str, Any]:
+        s = self.cfg.sampling
+        temperature = self.cfg.eval.temperature if eval_mode else s.temperature
+        return {"max_tokens": s.max_tokens, "temperature": temperature, "top_p": s.top_p, "top_k": s.top_k}
+
+    def rollout(self, requests: list[dict[str, Any]], eval_mode: bool = False) -> list[dict[str, Any]]:
+        """Spread whole groups over the workers; ray.wait for them; a dead worker's episodes become errors."""
+        by_uid: dict[str, list[dict[str, Any]]] = {}
+        for r in requests:
+            by_uid.setdefault(r["uid"], []).append(r)
+        shards: list[list[dict[str, Any]]] = [[] for _ in self.workers]
+        for i, group in enumerate(by_uid.values()):
+            shards[i % len(shards)].extend(group)
+        pending = {w.rollout.remote(shard, self._sampling(eval_mode), score=not eval_mode): shard
+                   for w, shard in zip(self.workers, shards) if shard}
+        results: list[dict[str, Any]] = []
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            shard = pending.pop(done[0])
+            try:
+                results.extend(ray.get(done[0]))
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                self.console.print(f"[red]rollout worker failed ({type(e).__name__}); {len(shard)} episodes "
+                                   "marked as errors with the failure reward[/]")
+                results.extend(self._failed(shard, f"rollout worker died: {type(e).__name__}", eval_mode))
+        return results
+
+    def _failed(self, shard: list[dict[str, Any]], reason: str, eval_mode: bool) -> list[dict[str, Any]]:
+        out = []
+        for r in shard:
+            traj = Trajectory(task_id=r["task"]["id"], uid=r["uid"], termination="error", error=reason).to_dict()
+            item = {"traj": traj, "task_id": r["task"]["id"], "uid": r["uid"]}
+            if not eval_mode:
+                item["scored"] = ray.get(self.reward.submit.remote(traj, r["task"], r["group_size"]))
+            out.append(item)
+        return out
+
+    def sync_weights(self) -> int:
+        weights = self.learner.get_weights.remote()  # (version, state_dict): one object, read by every worker
+        versions = ray.get([w.load_weights_packed.remote(weights) for w in self.workers])
+        return versions[0]
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, tag: str) -> dict[str, float]:
+        """Held-out score: the mean `scalar` rubric value under the eval preference (absolute, not relative)."""
+        from reward.score import score_group
+
+        tasks = self.heldout[: self.cfg.eval.n_tasks]
+        requests = [{"task": t.to_dict(), "uid": f"eval-{tag}-{t.id}-{k}", "group_size": 1}
+                    for k in range(self.cfg.eval.seeds) for t in tasks]
+        results = self.rollout(requests, eval_mode=True)
+        by_id = {t.id: t for t in tasks}
+        trajs = [Trajectory.from_dict(r["traj"]) for r in results]
+        r = self.cfg.reward
+        scored = asyncio.run(score_group(trajs, [by_id[t.task_id] for t in trajs], rubric="scalar",
+                                         judges=dict(r.judges), cost_scale=r.cost_scale,
+                                         latency_scale=r.latency_scale, price_in=self.cfg.model.price_in_per_mtok,
+                                         price_out=self.cfg.model.price_out_per_mtok,
+                                         failure_reward=r.failure_reward))
+        mix = Counter(k for s in scored for k, v in s.tool_counts.items() for _ in range(v))
+        return {"score": mean(s.reward for s in scored), "accuracy": mean(float(s.correct) for s in scored),
+                "cost_usd": mean(s.cost["total_usd"] for s in scored), "latency_s": mean(s.latency_s for s in scored),
+                "format_ok": mean(float(all(t.format_ok for t in tr.turns)) for tr in trajs),
+                "answered": mean(float(tr.termination == "answered") for tr in trajs),
+                "tool_mix": {k: v / len(scored) for k, v in sorted(mix.items())}, "episodes": len(scored)}
+
+    # ------------------------------------------------------------------ SFT
+    def sft(self) -> dict[str, float]:
+        from cluster.sft import demo_samples, sft_batches
+        from orchestra.models import eos_token_ids, load_tokenizer
+        from tools.base import LocalToolClient
+        from tools.registry import build_tools
+
+        c = self.cfg
+        tok = load_tokenizer(c.model.name, tiny=c.model.tiny, cache_dir=c.model.cache_dir,
+                             chat_template=c.model.chat_template)
+        tools = LocalToolClient(build_tools(c.zoo, corpus=load_corpus(c.zoo.retriever.corpus)))
+        samples = demo_samples(self.train, tools, tok, launch.prompter_kwargs(c), launch.agent_kwargs(c),
+                               eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens)
+        metrics: list[dict[str, Any]] = []
+        for i, batch in enumerate(sft_batches(samples, c.sft.steps, c.sft.batch_size, c.seed)):
+            metrics.append(ray.get(self.learner.sft_update.remote(batch, lr=c.sft.lr)))
+            if (i + 1) % max(1, c.sft.steps // 5) == 0:
+                self.console.print(f"  sft {i + 1}/{c.sft.steps}: loss {metrics[-1]['loss']:.3f}")
+        return {"sft_samples": len(samples), "sft_loss": metrics[-1]["loss"] if metrics else float("nan")}
+
+    # ------------------------------------------------------------------ one RL step
+    def step(self, step: int) -> dict[str, Any]:
+        ph, g = self.phases, self.cfg.algo.group_size
+        with ph("sample"):
+            tasks = self.sampler.batch(step)
+            requests = [{"task": t.to_dict(), "uid": f"s{step}-{i}-{t.id}", "group_size": g}
+                        for i, t in enumerate(tasks) for _ in range(g)]
+        with ph("rollout"):
+            results = self.rollout(requests)
+        with ph("advantages"):
+            samples, scored = self._samples(results)
+            report = ray.get(self.reward.step_report.remote())
+        with ph("update"):
+            update = ray.get(self.learner.update.remote(samples)) if samples else {"skipped": 1.0}
+        with ph("sync"):
+            version = self.sync_weights() if samples else None
+        out: dict[str, Any] = {"reward": mean(s["reward"] for s in scored),
+                               "accuracy": mean(float(s["correct"]) for s in scored),
+                               "cost_usd": mean(s["cost"]["total_usd"] for s in scored),
+                               "latency_s": mean(s["latency_s"] for s in scored),
+                               "format_ok": mean(float(all(t["format_ok"] for t in r["traj"]["turns"])) for r in results),
+                               "samples": len(samples), "version": version or 0, "reward_actor": report,
+                               "learner": update}
+        if self.cfg.eval.every_steps and step % self.cfg.eval.every_steps == 0:
+            with ph("eval"):
+                out["heldout"] = self.evaluate(f"step{step}")
+        return out
+
+    def _samples(self, results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        samples, scored = [], []
+        for r in results:
+            s = r["scored"]
+            scored.append(s)
+            if s.get("dropped") or s.get("status") != "scored":
+                continue
+            for sample in episode_samples(Trajectory.from_dict(r["traj"])):
+                samples.append({**sample.__dict__, "advantage": s["advantage"]})
+        return samples, scored
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, step: int, summary: dict[str, Any]) -> Path:
+        reward_state = ray.get(self.reward.state.remote())
+
+        def write(tmp: Path) -> None:
+            ray.get(self.learner.save.remote(str(tmp / "learner")))
+            (tmp / "reward_state.json").write_text(json.dumps(reward_state))
+
+        return checkpoint.save(self.dir, step, write, {"summary": summary, "version": step},
+                               keep=self.cfg.checkpoint.keep)
+
+    def restore(self, path: Path) -> tuple[int, dict[str, Any]]:
+        ray.get(self.learner.load.remote(str(path / "learner")))
+        ray.get(self.reward.load_state.remote(json.loads((path / "reward_state.json").read_text())))
+        self.sync_weights()
+        meta = checkpoint.read_meta(path)
+        return int(meta["step"]), dict(meta.get("summary", {}))
+
+    # ------------------------------------------------------------------ the run
+    def fit(self) -> dict[str, Any]:
+        c = self.cfg
+        good = checkpoint.latest_good(self.dir, report=lambda m: self.console.print(f"[yellow]{m}[/]"))
+        self.tracker = Tracker(self.dir, c.log.tensorboard, c.log.wandb_project, resume=good is not None)
+        if good is not None:
+            start, summary = self.restore(good)
+            self.console.print(f"resumed from {good.name} (step {start})")
+        else:
+            start, summary = 0, {}
+            with self.phases("sft"):
+                summary.update(self.sft())
+            self.sync_weights()
+            with self.phases("eval"):
+                summary["after_sft"] = self.evaluate("sft")
+            self.console.print(f"after SFT ({self.phases.times['sft']:.0f}s): {describe(_headline(summary['after_sft']))}")
+            self.tracker.log(0, {"heldout": summary["after_sft"], "phase_s": self.phases.pop()}, kind="eval")
+            self.save(0, summary)
+        for step in range(start + 1, c.algo.steps + 1):
+            metrics = self.step(step)
+            if step % c.checkpoint.every_steps == 0 or step == c.algo.steps:
+                with self.phases("checkpoint"):
+                    self.save(step, summary)
+            metrics["phase_s"] = self.phases.pop()
+            self.tracker.log(step, metrics)
+            self.console.print(f"step {step}/{c.algo.steps} " + describe(_headline(metrics))
+                               + f" | {describe(metrics['phase_s'])}")
+        with self.phases("eval"):
+            summary["after_rl"] = self.evaluate("final")
+        self.tracker.log(c.algo.steps, {"heldout": summary["after_rl"]}, kind="eval")
+        return self._finish(summary)
+
+    def _finish(self, summary: dict[str, Any]) -> dict[str, Any]:
+        sft, rl = summary.get("after_sft", {}), summary["after_rl"]
+        if sft:
+            summary["heldout_reward_gain"] = rl["score"] - sft["score"]
+        summary["train_wall_s"] = time.perf_counter() - self.started
+        (self.dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
+        if self.cfg.log.plots and self.tracker is not None:
+            try:
+                from orchestra.plots import plot_training
+
+                plot_training(self.tracker.path, self.dir / "plots")
+            except Exception as e:  # plots are a convenience; never lose a finished run over them
+                self.console.print(f"[yellow]plots skipped: {e}[/]")
+        for tag in ("after_sft", "after_rl"):
+            if tag in summary:
+                self.console.print(f"held-out {tag}: {describe(_headline(summary[tag]))}")
+        return summary
+
+    def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.close()
+
+
+def _headline(m: dict[str, Any]) -> dict[str, Any]:
+    keys = ("score", "reward", "accuracy", "cost_usd", "latency_s", "format_ok")
+    return {k: float(m[k]) for k in keys if k in m}
