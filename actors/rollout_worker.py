@@ -73,6 +73,9 @@ class RolloutWorker:
 
         async def one(req: dict[str, Any]) -> dict[str, Any]:
             task = Task.from_dict(req["task"])
+            warm = getattr(self.loop.tools, "aschemas", None)
+            if warm is not None:  # fetch tool schemas without blocking the event loop
+                await warm(task)
             traj = await self.loop.run(task, samp, uid=req["uid"], policy_version=self.version)
             out: dict[str, Any] = {"traj": traj.to_dict(), "task_id": task.id, "uid": req["uid"]}
             if score and self.reward_actor is not None:

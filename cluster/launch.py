@@ -55,12 +55,12 @@ def zoo_dict(cfg: ExperimentConfig) -> dict[str, Any]:
 
 
 def start_tool_servers(cfg: ExperimentConfig) -> dict[str, Any]:
-    from actors.tool_server import make_tool_server
+    """One tool-server actor per tool of the zoo (+ a spend ledger when zoo.spend_cap_usd is set)."""
+    from actors.tool_server import make_tool_servers
 
-    s = cfg.zoo.server
-    return {name: make_tool_server(name, zoo_dict(cfg), num_cpus=s.num_cpus, max_concurrency=s.max_concurrency,
-                                   max_restarts=s.max_restarts)
-            for name in cfg.zoo.tools}
+    handles, _ledger = make_tool_servers(zoo_dict(cfg))
+    ray.get([h.ready.remote() for h in handles.values()])
+    return handles
 
 
 def start_reward_actor(cfg: ExperimentConfig) -> Any:
@@ -76,12 +76,51 @@ def start_reward_actor(cfg: ExperimentConfig) -> Any:
                       failure_reward=r.failure_reward, count_generation_latency=r.count_generation_latency)
 
 
-def start_learner(cfg: ExperimentConfig) -> Any:
-    from actors.learner import PolicyLearner
+class LearnerProcess:
+    """The learner as an actor: builds its policy from config inside its own process (a model is never
+    pickled from the driver) and takes samples as plain dicts from the object store."""
 
+    def __init__(self, cfg: ExperimentConfig):
+        from actors.learner import Learner
+        from orchestra.models import load_policy_from_config
+
+        model, tokenizer = load_policy_from_config(cfg.model, seed=cfg.seed)
+        self.learner = Learner.from_config(cfg, model, tokenizer=tokenizer)
+
+    @staticmethod
+    def _samples(samples: list[dict[str, Any]]) -> list[Any]:
+        from orchestra.grpo import TrainSample
+
+        return [s if isinstance(s, TrainSample) else TrainSample(**s) for s in samples]
+
+    def update(self, samples: list[dict[str, Any]]) -> dict[str, float]:
+        return self.learner.update(self._samples(samples))
+
+    def sft_update(self, samples: list[Any], lr: float | None = None) -> dict[str, float]:
+        from orchestra.grpo import TrainSample
+
+        return self.learner.sft_update([TrainSample.from_sample(s, 0.0) for s in samples], lr=lr)
+
+    def get_weights(self) -> tuple[int, dict[str, Any]]:
+        return self.learner.get_weights()
+
+    def reset_reference(self) -> None:
+        """Make the frozen reference the current policy (after SFT, so KL anchors RL to the warm start)."""
+        ref = self.learner.ref_model
+        if ref is not None:
+            ref.load_state_dict(self.learner.model.state_dict())
+
+    def save(self, directory: str) -> None:
+        self.learner.save(directory)
+
+    def load(self, directory: str) -> None:
+        self.learner.load(directory)
+
+
+def start_learner(cfg: ExperimentConfig) -> Any:
     c = cfg.cluster
-    cls = ray.remote(PolicyLearner).options(name="learner", num_cpus=c.learner_cpus, num_gpus=c.learner_gpus,
-                                            max_restarts=0)
+    cls = ray.remote(LearnerProcess).options(name="learner", num_cpus=c.learner_cpus, num_gpus=c.learner_gpus,
+                                             max_restarts=0)
     return cls.remote(cfg)
 
 

@@ -110,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serve config error: {e}", file=sys.stderr)
         return 2
     if "--check" in argv:
-        print(json.dumps(dataclasses.asdict(p), indent=2))
+        shown = dataclasses.asdict(p)
+        shown["args"]["api_keys"] = ["***"] * len(shown["args"].get("api_keys") or [])  # keys never printed
+        print(json.dumps(shown, indent=2))
         return 0
     import ray
     from ray import serve
@@ -123,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ray.init(include_dashboard=False)
     try:
+        if p.args.get("tools") == "actors":  # started by the driver so they outlive any one replica
+            from actors.serve_app import tool_server_handles
+            from orchestra.config import load_config
+
+            cfg = load_config([f"experiment={p.args.get('experiment', 'cpu_tiny')}", *p.args["overrides"]])
+            tool_server_handles(cfg.zoo, list(cfg.zoo.tools))
         serve.start(http_options=p.http_options)
         serve.run(deployment(**p.deployment_options).bind(p.args), name=p.app_name, route_prefix=p.route_prefix)
         host = p.http_options.get("host", "127.0.0.1")

@@ -171,8 +171,9 @@ class Trainer:
         for i, batch in enumerate(sft_batches(samples, c.sft.steps, c.sft.batch_size, c.seed)):
             metrics.append(ray.get(self.learner.sft_update.remote(batch, lr=c.sft.lr)))
             if (i + 1) % max(1, c.sft.steps // 5) == 0:
-                self.console.print(f"  sft {i + 1}/{c.sft.steps}: loss {metrics[-1]['loss']:.3f}")
-        return {"sft_samples": len(samples), "sft_loss": metrics[-1]["loss"] if metrics else float("nan")}
+                self.console.print(f"  sft {i + 1}/{c.sft.steps}: loss {metrics[-1]['sft_loss']:.3f}")
+        ray.get(self.learner.reset_reference.remote())  # KL anchors RL to the warm-started policy
+        return {"sft_samples": len(samples), "sft_loss": metrics[-1]["sft_loss"] if metrics else float("nan")}
 
     # ------------------------------------------------------------------ one RL step
     def step(self, step: int) -> dict[str, Any]:

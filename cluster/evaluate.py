@@ -1,0 +1,156 @@
+"""`python -m cluster.evaluate [checkpoint=...] [dataset=...] [preference=...] [seeds=k] [key=value ...]`
+
+Runs the orchestrator and the baselines over a held-out task set and writes report.json / report.md /
+pareto.png / tool_mix.png plus episodes.jsonl (resumable: rerun the same command to finish a broken run).
+Own keys (everything else is a config override, e.g. experiment=mmlu_pro_replay or agent.max_turns=3):
+  checkpoint  run dir (newest good checkpoint), checkpoint dir, or HF model dir; empty: no orchestrator
+  base        true: also the untrained base policy (model.name, seeded) as a baseline
+  dataset     template | Task file | loader:<name>:<path>   (default: data.source); held-out split
+  n           number of tasks (default eval.n_tasks)
+  preference  a preset name, `all` (every preset; the orchestrator runs under each), or weights a=1,cost=.5
+  seeds       k seeds (0..k-1; sim experts and sampling vary with the seed)
+  baselines   comma list of strongest,cheapest,random,heuristic,oracle (default: all but oracle, plus
+              oracle when the zoo replays recorded outcomes)
+  out         output directory (default <run_dir>/eval)
+Tools run in-process (tools.registry.build_tools + LocalToolClient); the sim zoo needs no network.
+Everything runs in one process (no Ray): an evaluation is I/O- and tool-bound, not learner-bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+OWN = ("checkpoint", "base", "dataset", "n", "preference", "seeds", "baselines", "out", "concurrency")
+
+
+def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    own, rest = {}, []
+    for item in argv:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"argument {item!r} is not key=value")
+        (own.__setitem__(key, value) if key in OWN else rest.append(item))
+    return own, rest
+
+
+def resolve_checkpoint(path: str) -> Path:
+    """A run dir -> its newest good checkpoint's learner dir; a checkpoint dir -> its learner dir."""
+    from orchestra import checkpoint
+
+    p = Path(path).expanduser()
+    if (p / "checkpoints").is_dir():
+        good = checkpoint.latest_good(p)
+        if good is None:
+            raise SystemExit(f"{p}: no good checkpoint")
+        p = good
+    if (p / "learner").is_dir():
+        p = p / "learner"
+    if not (p / "config.json").is_file():
+        raise SystemExit(f"{p} is not a model directory (no config.json)")
+    return p
+
+
+def heldout_tasks(cfg: Any, dataset: str, n: int) -> tuple[list, list]:
+    from orchestra.tasks import build_task_set
+
+    data = dataclasses.replace(cfg.data, source=dataset or cfg.data.source, n_heldout=n,
+                               n_train=1 if (dataset or cfg.data.source) != "template" else 1)
+    _train, heldout, corpus = build_task_set(data, dict(cfg.zoo.tiers))
+    return heldout, corpus
+
+
+def build(cfg: Any, own: dict[str, str]):
+    """Everything the Evaluator needs: (evaluator, tasks, policies, preferences, seeds)."""
+    from orchestra.evaluate import BASELINES, Evaluator, tier_costs
+    from orchestra.models import eos_token_ids, load_tokenizer
+    from orchestra.preferences import PRESETS, parse_preference
+    from orchestra.prompt import Prompter
+    from tools.base import LocalToolClient
+    from tools.registry import Build, build_experts, build_tools
+
+    m, z, a = cfg.model, cfg.zoo, cfg.agent
+    tasks, corpus = heldout_tasks(cfg, own.get("dataset", ""), int(own.get("n", cfg.eval.n_tasks)))
+    seeds = list(range(int(own.get("seeds", cfg.eval.seeds))))
+    tok = load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+    prompter = Prompter(tok, a.system_prompt, a.doc_chars, a.code_chars, a.attempt_chars, a.max_observation_chars)
+    retriever = Build(z, corpus=corpus).retriever() if "search" in z.tools and corpus else None
+    clients = {s: LocalToolClient(build_tools(dataclasses.replace(z, seed=z.seed + s), corpus=corpus or None,
+                                              retriever=retriever)) for s in seeds}
+    experts = build_experts(z)
+    replay = any(e.kind == "replay" for e in z.experts.values())
+    default = [b for b in BASELINES if b != "oracle" or replay]
+    policies = [b for b in own.get("baselines", ",".join(default)).split(",") if b]
+    engines = {}
+    if own.get("checkpoint") or own.get("base", "false").lower() == "true":
+        from transformers import AutoModelForCausalLM
+
+        from orchestra.engine import HFEngine
+        from orchestra.models import load_policy, resolve_device
+
+        def engine(model):
+            return HFEngine.from_model(model.to(resolve_device(m.device)).eval(), tok,
+                                       max_batch_size=cfg.engine.max_batch_size, batch_wait_ms=cfg.engine.batch_wait_ms)
+        if own.get("checkpoint"):
+            engines["orchestrator"] = engine(AutoModelForCausalLM.from_pretrained(resolve_checkpoint(own["checkpoint"])))
+            policies.insert(0, "orchestrator")
+        if own.get("base", "false").lower() == "true":
+            engines["base"] = engine(load_policy(m.name, tiny=m.tiny, dtype=m.dtype, device="cpu",
+                                                 cache_dir=m.cache_dir, chat_template=m.chat_template,
+                                                 seed=cfg.seed)[0])
+            policies.append("base")
+    spec = own.get("preference", cfg.eval.preference)
+    prefs = dict(PRESETS) if spec == "all" else {spec: parse_preference(spec)}
+    if spec == "all":  # the first entry is the one fixed routers run under
+        prefs = {cfg.eval.preference: PRESETS[cfg.eval.preference], **prefs}
+    from orchestra.engine import Sampling
+
+    sampling = Sampling(max_tokens=cfg.sampling.max_tokens, temperature=cfg.eval.temperature,
+                        top_p=cfg.sampling.top_p, top_k=cfg.sampling.top_k)
+    r = cfg.reward
+    out = Path(own.get("out") or Path(cfg.run_dir) / "eval")
+    ev = Evaluator(tok, prompter, clients, eos_token_ids(tok)[0], engines=engines,
+                   tier_cost=tier_costs(z, dict(z.tiers)), experts=experts,
+                   agent_kwargs={"context_mode": a.context_mode, "answer_mode": a.answer_mode,
+                                 "max_turns": a.max_turns, "max_calls_per_turn": a.max_calls_per_turn,
+                                 "max_context_tokens": a.max_context_tokens, "budget_usd": a.budget.usd,
+                                 "budget_seconds": a.budget.seconds, "budget_turns": a.budget.turns,
+                                 "eos_token_ids": eos_token_ids(tok)},
+                   sampling=sampling, judges=dict(r.judges), cost_scale=r.cost_scale, latency_scale=r.latency_scale,
+                   price_in=m.price_in_per_mtok, price_out=m.price_out_per_mtok,
+                   concurrency=int(own.get("concurrency", 16)), results_path=out / "episodes.jsonl")
+    return ev, tasks, policies, prefs, seeds, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from orchestra.config import load_config
+    from orchestra.evaluate import write_report
+
+    own, overrides = split_args(list(sys.argv[1:] if argv is None else argv))
+    cfg = load_config(overrides)
+    ev, tasks, policies, prefs, seeds, out = build(cfg, own)
+    out.mkdir(parents=True, exist_ok=True)
+    console = Console()
+    n_jobs = sum((len(prefs) if p == "orchestrator" else 1) for p in policies) * len(seeds) * len(tasks)
+    with Progress(console=console) as progress:
+        bar = progress.add_task("episodes", total=n_jobs)
+        records = asyncio.run(ev.run(tasks, policies, prefs, seeds,
+                                     on_episode=lambda _r: progress.advance(bar)))
+    meta = {"seeds": seeds, "policies": policies, "preferences": prefs, "n_tasks": len(tasks),
+            "overrides": overrides, **{k: v for k, v in own.items()}}
+    report = write_report(records, out, meta=meta, plots=cfg.log.plots)
+    console.print((out / "report.md").read_text())
+    if "quality" in report:
+        console.print(f"quality: {report['quality']}")
+    console.print(f"report: {out / 'report.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""Group advantages from episode rewards: one normalisation per rubric, never two.
+
+- toolorchestra: `group_advantages` — A = clip((R − mean)/(std + 1e-6), −clip, clip) with the SAMPLE std
+  (ddof=1); a group whose std <= min_std carries no learning signal and is dropped (all advantages 0).
+- scalar: `scalar_advantages` — verl 0.9.1's own `compute_grpo_outcome_advantage` (mean/std per group id,
+  torch.std is the sample std; a group of one gets mean 0, std 1, i.e. A = R, as verl does). verl is imported
+  lazily: it is heavy and pulls in ray, which `import reward` must not.
+The learner applies these per episode (every turn sample of an episode shares its episode's advantage).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+
+EPSILON = 1e-6
+
+
+def group_advantages(rewards: Sequence[float], min_std: float = 0.1,
+                     clip: float = 3.0) -> tuple[list[float], bool]:
+    """(advantages, dropped) for one group. Fewer than two rewards can not be normalised: dropped."""
+    values = [float(r) for r in rewards]
+    if any(not math.isfinite(v) for v in values):
+        raise ValueError(f"rewards must be finite, got {values}")
+    if clip <= 0:
+        raise ValueError(f"clip must be > 0, got {clip}")
+    n = len(values)
+    if n < 2:
+        return [0.0] * n, True
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    if std <= min_std:
+        return [0.0] * n, True
+    return [max(-clip, min(clip, (v - mean) / (std + EPSILON))) for v in values], False
+
+
+def scalar_advantages(rewards: Sequence[float], group_ids: Sequence[Hashable],
+                      epsilon: float = EPSILON) -> list[float]:
+    """GRPO outcome advantages through verl's `compute_grpo_outcome_advantage` (one reward per episode)."""
+    if len(rewards) != len(group_ids):
+        raise ValueError(f"{len(rewards)} rewards but {len(group_ids)} group ids")
+    if not rewards:
+        return []
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    # verl takes token-level rewards (bs, L) and sums them; one column holding the outcome is exactly that.
+    token_rewards = torch.tensor([[float(r)] for r in rewards], dtype=torch.float32)
+    mask = torch.ones_like(token_rewards)
+    index = np.array([str(g) for g in group_ids], dtype=object)
+    adv, _ = compute_grpo_outcome_advantage(token_rewards, mask, index, epsilon=epsilon,
+                                            norm_adv_by_std_in_grpo=True)
+    return [float(a) for a in adv[:, 0]]
