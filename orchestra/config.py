@@ -175,6 +175,8 @@ class ZooConfig:
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
     web_search: WebSearchConfig = field(default_factory=WebSearchConfig)
     server: ToolServerConfig = field(default_factory=ToolServerConfig)
+    # overrides of tools.orchestra_tools.ToolPrompts (prompt templates and answer extractors)
+    prompts: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- reward
@@ -274,6 +276,7 @@ class VerlConfig:
     storage_units: int = 2  # TransferQueue SimpleStorage units; verl's default reserves 9 CPUs
     trainer_mode: str = "separate_async"
     overrides: list[str] = field(default_factory=list)  # extra raw Hydra overrides
+    python: str = "/home/ray/orchestra/.venv/bin/python"  # the job's interpreter on the cluster (cluster/ kit)
 
 
 @dataclass

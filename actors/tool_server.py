@@ -1,0 +1,329 @@
+"""Tool-server actors: one Ray actor per tool, a run-wide spend ledger, and the agent loop's Ray ToolClient.
+
+`ToolServer` is a plain async class hosting ONE tool, built inside the actor from (zoo config dict, tool
+name) through tools/registry.py so no big object (index, corpus) is pickled. Around every call it adds what
+production tool servers need: a concurrency limit, a token-bucket rate limit, a per-call timeout, bounded
+retries with exponential backoff for results flagged `meta["retryable"]`, an optional LRU result cache, and
+reports service time (`latency_s`, from the tool) apart from queueing (`meta["queue_s"]`).
+Paid calls go through the `SpendLedger`: reserve the call's cost bound first, settle the actual cost after;
+a refused reservation is a "budget exhausted" error result, so the run cap holds exactly under concurrency
+(as long as tools keep their cost within their bound; a timed-out call is settled at its bound, since
+what it cost is unknown).
+`RayToolClient` implements orchestra.agent_loop.ToolClient over actor handles; a call whose actor dies or
+times out is returned as an error result, and the restarted actor (max_restarts) serves later calls.
+Resources come from the caller (cluster/); `make_tool_server` / `make_spend_ledger` only apply them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import time
+from typing import Any
+
+import ray
+
+from orchestra.types import Task, ToolCall, ToolContext, ToolResult
+from tools.base import guarded_call, unknown_tool
+
+
+class TokenBucket:
+    """`rate` calls per second on average, bursts up to `burst`; rate <= 0 means unlimited."""
+
+    def __init__(self, rate: float, burst: float | None = None):
+        self.rate = float(rate)
+        self.capacity = float(burst if burst is not None else max(1.0, rate))
+        self.tokens, self.stamp = self.capacity, time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> float:
+        """Wait for a token; return the seconds waited."""
+        if self.rate <= 0:
+            return 0.0
+        start = time.monotonic()
+        async with self._lock:  # FIFO: waiters are served in arrival order
+            while True:
+                now = time.monotonic()
+                self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+                self.stamp = now
+                if self.tokens >= 1.0:
+                    self.tokens -= 1.0
+                    return time.monotonic() - start
+                await asyncio.sleep((1.0 - self.tokens) / self.rate)
+
+
+class SpendLedger:
+    """Run-wide $ cap. Methods are synchronous and the actor runs one at a time, so reserve/settle are atomic:
+    a reservation succeeds only if spent + reserved + bound <= cap, hence spent never exceeds the cap.
+    A reservation never settled within `ttl_s` (its tool server died mid-call) is settled at its bound:
+    what that call cost is unknown, and charging the bound keeps the cap safe without leaking capacity."""
+
+    def __init__(self, cap_usd: float | None, ttl_s: float = 900.0):
+        self.cap = None if cap_usd is None else float(cap_usd)
+        self.ttl_s = float(ttl_s)
+        self.spent = self.reserved = 0.0
+        self.open: dict[str, tuple[float, float]] = {}  # token -> (bound, time reserved); insertion-ordered
+        self.counter = 0
+        self.refused = self.settled = self.expired = 0
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        while self.open:
+            token, (bound, stamp) = next(iter(self.open.items()))
+            if now - stamp < self.ttl_s:
+                break
+            self.expired += 1
+            self.settle(token, bound)
+
+    def reserve(self, bound: float) -> dict[str, Any]:
+        self._expire()
+        bound = max(float(bound), 0.0)
+        if self.cap is not None and self.spent + self.reserved + bound > self.cap + 1e-12:
+            self.refused += 1
+            return {"ok": False, "cap": self.cap, "spent": self.spent, "reserved": self.reserved, "bound": bound}
+        self.counter += 1
+        token = f"r{self.counter}"
+        self.open[token] = (bound, time.monotonic())
+        self.reserved += bound
+        return {"ok": True, "token": token}
+
+    def settle(self, token: str, actual: float) -> float:
+        """Release the reservation and record the actual cost; returns the total spent."""
+        entry = self.open.pop(token, None)
+        if entry is None:  # already expired (charged at its bound) or never made
+            return self.spent
+        self.reserved = self.reserved - entry[0] if self.open else 0.0  # no float dust once all are settled
+        self.spent += max(float(actual), 0.0)
+        self.settled += 1
+        return self.spent
+
+    def state(self) -> dict[str, Any]:
+        return {"cap": self.cap, "spent": self.spent, "reserved": self.reserved, "open": len(self.open),
+                "refused": self.refused, "settled": self.settled, "expired": self.expired}
+
+
+def _load_factory(factory: Any) -> Any:
+    if isinstance(factory, str):  # "package.module:callable"
+        module, _, attr = factory.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return factory
+
+
+class ToolServer:
+    """Hosts one tool (see module docstring). `call` never raises."""
+
+    def __init__(self, zoo_cfg: dict[str, Any], tool_name: str, *, timeout_s: float = 60.0, retries: int = 2,
+                 backoff_s: float = 0.2, rate_limit_per_s: float = 0.0, rate_burst: float | None = None,
+                 cache_size: int = 0, max_concurrency: int = 64, ledger: Any = None, factory: Any = None,
+                 build_kwargs: dict[str, Any] | None = None):
+        if factory is not None:
+            self.tool = _load_factory(factory)()
+        else:
+            from tools.registry import build_tools
+
+            self.tool = build_tools(zoo_cfg, [tool_name], **(build_kwargs or {}))[tool_name]
+        self.name = tool_name
+        self.timeout_s, self.retries, self.backoff_s = float(timeout_s), int(retries), float(backoff_s)
+        self.bucket = TokenBucket(rate_limit_per_s, rate_burst)
+        self.cache_size = int(cache_size)
+        self.cache: collections.OrderedDict[str, ToolResult] = collections.OrderedDict()
+        self.slots = asyncio.Semaphore(max(int(max_concurrency), 1))
+        self.ledger = ledger
+        self.counts = collections.Counter()
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def schema(self, task: Task | None = None) -> dict[str, Any]:
+        return self.tool.schema(task)
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self.counts)
+
+    def _cache_key(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        t = ctx.task
+        blob = json.dumps([self.name, args, t.id, t.problem, t.model_mapping, t.pricing, ctx.attempt,
+                           ctx.documents, ctx.code_outputs, ctx.seed], sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    async def call(self, call_dict: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        arrived = time.perf_counter()
+        self.counts["calls"] += 1
+        args = call_dict.get("arguments", {}) if isinstance(call_dict, dict) else {}
+        key = self._cache_key(args, ctx) if self.cache_size > 0 else ""
+        if key and key in self.cache:
+            self.cache.move_to_end(key)
+            self.counts["cache_hits"] += 1
+            hit = self.cache[key]
+            return dataclasses.replace(hit, cost_usd=0.0, latency_s=0.0,
+                                       meta={**hit.meta, "cached": True, "queue_s": 0.0})
+        queued = await self.bucket.acquire()
+        async with self.slots:
+            queued = time.perf_counter() - arrived
+            result = await self._attempts(args, ctx)
+        result.meta["queue_s"] = queued
+        result.meta["server_s"] = time.perf_counter() - arrived
+        if key and result.ok:
+            self.cache[key] = dataclasses.replace(result, meta=dict(result.meta))  # callers may mutate theirs
+            while len(self.cache) > self.cache_size:
+                self.cache.popitem(last=False)
+        return result
+
+    async def _attempts(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        cost = latency = waited = 0.0
+        result = ToolResult.failure(f"{self.name}: not called")
+        for attempt in range(self.retries + 1):
+            result = await self._once(args, ctx)
+            cost += result.cost_usd
+            latency += result.latency_s
+            if result.ok or not result.meta.get("retryable") or attempt == self.retries:
+                break
+            self.counts["retries"] += 1
+            pause = self.backoff_s * (2 ** attempt)
+            waited += pause
+            await asyncio.sleep(pause)
+        if not result.ok:
+            self.counts["errors"] += 1
+        meta = {**result.meta, "attempts": attempt + 1}
+        if waited:
+            meta["retry_wait_s"] = waited
+        return dataclasses.replace(result, cost_usd=cost, latency_s=latency, meta=meta)
+
+    async def _once(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        token = None
+        bound = 0.0
+        if self.ledger is not None:
+            try:
+                bound = float(self.tool.cost_bound(args, ctx))
+            except Exception:  # bad arguments: guarded_call below returns the error result, unpaid
+                bound = 0.0
+            if bound > 0:
+                try:
+                    grant = await self.ledger.reserve.remote(bound)
+                except Exception as e:  # no ledger, no paid calls: refusing is the safe side
+                    return ToolResult.failure(f"{self.name}: spend ledger unavailable ({type(e).__name__})",
+                                              meta={"budget_refused": True, "retryable": True})
+                if not grant["ok"]:
+                    return ToolResult.failure(
+                        f"budget exhausted: the run's spend cap of ${grant['cap']:.4f} is reached "
+                        f"(${grant['spent']:.4f} spent, ${grant['reserved']:.4f} reserved; this call could cost "
+                        f"${bound:.6f})", meta={"budget_refused": True, "spend_cap": True})
+                token = grant["token"]
+        settle = 0.0
+        try:
+            result = await asyncio.wait_for(guarded_call(self.tool, args, ctx), timeout=self.timeout_s)
+            settle = result.cost_usd
+        except asyncio.TimeoutError:
+            settle = bound  # what a timed-out call cost is unknown: charge the run its bound
+            self.counts["timeouts"] += 1
+            result = ToolResult.failure(f"{self.name}: timed out after {self.timeout_s:g}s", latency_s=self.timeout_s,
+                                        meta={"timeout": True, "cost_unknown": token is not None})
+        finally:
+            if token is not None:
+                try:
+                    await self.ledger.settle.remote(token, settle)
+                except Exception:
+                    pass  # the reservation stays open: conservative, the cap still holds
+        if token is not None and result.cost_usd > bound + 1e-12:
+            result.meta["over_bound"] = True
+        return result
+
+
+def make_tool_server(name: str, zoo_cfg: dict[str, Any], *, num_cpus: float = 0.05, max_concurrency: int = 64,
+                     max_restarts: int = 3, namespace: str | None = None, actor_name: str | None = None,
+                     queue_limit: int = 1024, **server_kwargs: Any) -> Any:
+    """Start a ToolServer actor named `tool:<name>`. Ray's own concurrency is max_concurrency + queue_limit so
+    queued calls wait inside the actor, where their queueing time is measured; `server_kwargs` go to ToolServer."""
+    opts: dict[str, Any] = dict(name=actor_name or f"tool:{name}", num_cpus=num_cpus, max_restarts=max_restarts,
+                                max_task_retries=0, max_concurrency=max_concurrency + queue_limit)
+    if namespace:
+        opts["namespace"] = namespace
+    return ray.remote(ToolServer).options(**opts).remote(zoo_cfg, name, max_concurrency=max_concurrency,
+                                                         **server_kwargs)
+
+
+def make_tool_servers(zoo_cfg: dict[str, Any], names: list[str] | None = None, *, ledger: Any = None,
+                      namespace: str | None = None, build_kwargs: dict[str, Any] | None = None,
+                      name_suffix: str = "") -> tuple[dict[str, Any], Any]:
+    """One ToolServer per tool (default: zoo.tools) with the zoo's `server` settings; a spend ledger is made
+    when zoo.spend_cap_usd is set and none is given. Returns ({tool name: handle}, ledger handle or None)."""
+    server = dict(zoo_cfg.get("server") or {})
+    cap = zoo_cfg.get("spend_cap_usd")
+    if ledger is None and cap is not None:
+        ledger = make_spend_ledger(cap, name=f"spend_ledger{name_suffix}", namespace=namespace)
+    handles = {}
+    for name in names if names is not None else list(zoo_cfg.get("tools") or []):
+        handles[name] = make_tool_server(
+            name, zoo_cfg, num_cpus=server.get("num_cpus", 0.05), max_concurrency=server.get("max_concurrency", 64),
+            max_restarts=server.get("max_restarts", 3), namespace=namespace, timeout_s=server.get("timeout_s", 60.0),
+            retries=server.get("retries", 2), backoff_s=server.get("backoff_s", 0.2),
+            rate_limit_per_s=server.get("rate_limit_per_s", 0.0), cache_size=server.get("cache_size", 0),
+            ledger=ledger, build_kwargs=build_kwargs, actor_name=f"tool:{name}{name_suffix}")
+    return handles, ledger
+
+
+def make_spend_ledger(cap_usd: float | None, *, name: str = "spend_ledger", namespace: str | None = None,
+                      num_cpus: float = 0.0) -> Any:
+    opts: dict[str, Any] = dict(name=name, num_cpus=num_cpus, max_restarts=0, max_concurrency=1)
+    if namespace:
+        opts["namespace"] = namespace
+    return ray.remote(SpendLedger).options(**opts).remote(cap_usd)
+
+
+_ACTOR_ERRORS: tuple[type[BaseException], ...] = tuple(
+    getattr(ray.exceptions, n) for n in ("RayActorError", "ActorDiedError", "ActorUnavailableError")
+    if hasattr(ray.exceptions, n))
+
+
+class RayToolClient:
+    """orchestra.agent_loop.ToolClient over tool-server actor handles; never raises from `call`."""
+
+    def __init__(self, handles: dict[str, Any], timeout_s: float | None = 120.0):
+        self.handles = dict(handles)
+        self.timeout_s = timeout_s
+        self._schemas: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def _key(self, name: str, task: Task) -> tuple[str, str]:
+        return name, json.dumps([task.model_mapping, task.pricing], sort_keys=True, default=str)
+
+    def _names(self, task: Task) -> list[str]:
+        return [n for n in (task.tools or sorted(self.handles)) if n in self.handles]
+
+    def schemas(self, task: Task) -> list[dict[str, Any]]:
+        """Cached per (tool, model_mapping, pricing); a miss is one blocking round trip per tool."""
+        missing = [n for n in self._names(task) if self._key(n, task) not in self._schemas]
+        if missing:
+            got = ray.get([self.handles[n].schema.remote(task) for n in missing], timeout=self.timeout_s)
+            self._schemas.update({self._key(n, task): s for n, s in zip(missing, got, strict=True)})
+        return [self._schemas[self._key(n, task)] for n in self._names(task)]
+
+    async def aschemas(self, task: Task) -> list[dict[str, Any]]:
+        """The same, without blocking an event loop (warm the cache before AgentLoop.run in async code)."""
+        missing = [n for n in self._names(task) if self._key(n, task) not in self._schemas]
+        if missing:
+            got = await asyncio.gather(*[self.handles[n].schema.remote(task) for n in missing])
+            self._schemas.update({self._key(n, task): s for n, s in zip(missing, got, strict=True)})
+        return self.schemas(task)
+
+    async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        handle = self.handles.get(call.name)
+        if handle is None:
+            return unknown_tool(call.name, self._names(ctx.task) or sorted(self.handles))
+        start = time.perf_counter()
+        try:
+            return await asyncio.wait_for(handle.call.remote(call.to_dict(), ctx), timeout=self.timeout_s)
+        except asyncio.TimeoutError:
+            return ToolResult.failure(f"{call.name}: no reply from its tool server within {self.timeout_s:g}s",
+                                      meta={"timeout": True, "queue_s": time.perf_counter() - start})
+        except _ACTOR_ERRORS as e:
+            return ToolResult.failure(f"{call.name}: its tool server failed during the call "
+                                      f"({type(e).__name__}); it is being restarted, try again",
+                                      meta={"actor_error": True, "retryable": True})
+        except Exception as e:  # anything else Ray raises is still an observation, not a crash
+            return ToolResult.failure(f"{call.name}: tool server error: {type(e).__name__}: {str(e)[:200]}",
+                                      meta={"actor_error": True})
