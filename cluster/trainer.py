@@ -283,8 +283,14 @@ class Trainer:
         return summary
 
     def close(self) -> None:
+        """Close logs and end this run's actors (a shared cluster outlives the run)."""
         if self.tracker is not None:
             self.tracker.close()
+        for handle in [*self.workers, self.learner, self.reward, *self.tools.values()]:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:  # already gone
+                pass
 
 
 def _headline(m: dict[str, Any]) -> dict[str, Any]:

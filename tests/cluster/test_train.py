@@ -1,0 +1,108 @@
+"""The training driver end to end on the tiny model (shared local Ray cluster): a 2-step run, resume after a
+kill with the same task order, and faults (a tool server and a rollout worker dying mid-step)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import ray
+
+from cluster.trainer import TaskSampler, Trainer
+from orchestra import checkpoint
+from orchestra.config import load_config
+from orchestra.tracking import read_metrics
+
+SMALL = ["data.n_train=8", "data.n_heldout=4", "algo.group_size=2", "algo.prompts_per_step=2", "sft.steps=2",
+         "sft.demos=8", "sft.batch_size=8", "eval.n_tasks=4", "sampling.max_tokens=40", "agent.max_turns=2",
+         "checkpoint.every_steps=1", "checkpoint.keep=3", "log.tensorboard=false", "log.plots=false",
+         "cluster.rollout_worker_cpus=0.5", "cluster.learner_cpus=0.5"]
+
+
+def small_cfg(tmp_path, *extra):
+    return load_config([*SMALL, f"run_dir={tmp_path / 'run'}", *extra])
+
+
+def test_two_steps_then_resume_after_kill_with_same_task_order(ray_cluster, tmp_path):
+    cfg = small_cfg(tmp_path, "algo.steps=3")
+    seen: dict[int, list[str]] = {}
+    trainer = Trainer(cfg)
+    original = trainer.step
+
+    def step_then_die(step):
+        seen[step] = [t.id for t in trainer.sampler.batch(step)]
+        if step == 3:
+            raise KeyboardInterrupt("killed mid-step")  # the job dies inside step 3
+        return original(step)
+
+    trainer.step = step_then_die
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    trainer.close()
+    good = checkpoint.latest_good(cfg.run_dir)
+    assert good is not None and good.name == "step_000002"
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl", kind="train")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert {"rollout", "update", "sync", "advantages", "sample"} <= set(rows[0]["phase_s"])
+    assert rows[0]["learner"].get("version", 0) >= 0 and 0 <= rows[0]["accuracy"] <= 1
+
+    resumed = Trainer(small_cfg(tmp_path, "algo.steps=3"))
+    again: dict[int, list[str]] = {}
+    inner = resumed.step
+
+    def record(step):
+        again[step] = [t.id for t in resumed.sampler.batch(step)]
+        return inner(step)
+
+    resumed.step = record
+    try:
+        summary = resumed.fit()
+    finally:
+        resumed.close()
+    assert list(again) == [3] and again[3] == seen[3]  # continues at step 3 with the identical tasks
+    assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl", kind="train")] == [1, 2, 3]
+    assert "after_sft" in summary and "after_rl" in summary and "heldout_reward_gain" in summary
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["after_rl"]["episodes"] == 4
+
+
+def test_task_order_is_a_function_of_seed_and_step():
+    items = list(range(10))
+    a, b = TaskSampler(items, 4, seed=1), TaskSampler(items, 4, seed=1)
+    assert [a.batch(s) for s in (1, 2, 3)] == [b.batch(s) for s in (1, 2, 3)]
+    assert sorted(a.batch(1) + a.batch(2) + a.batch(3)[:2]) == items  # one epoch covers every task once
+    assert TaskSampler(items, 4, seed=2).batch(1) != a.batch(1)
+
+
+def test_faults_tool_server_and_rollout_worker_die_mid_step(ray_cluster, tmp_path):
+    trainer = Trainer(small_cfg(tmp_path, "algo.steps=1", "zoo.sleep=true"))
+    try:
+        requests = [{"task": t.to_dict(), "uid": f"f-{t.id}", "group_size": 2}
+                    for t in trainer.train[:2] for _ in range(2)]
+        # a tool server dies while calls are in flight: the step completes, calls return error results
+        ref = trainer.workers[0].rollout.remote(requests, trainer._sampling(False))
+        ray.kill(trainer.tools["answer"], no_restart=False)
+        results = ray.get(ref, timeout=240)
+        assert len(results) == 4 and all("scored" in r for r in results)
+        # the restarted server serves later calls
+        assert ray.get(trainer.tools["answer"].ready.remote(), timeout=120) is not None
+        # a rollout worker dies mid-step: its episodes become errors with the failure reward, the actor restarts.
+        # Long generations (512 tokens) keep the episodes in flight when the kill lands.
+        requests2 = [{**r, "uid": r["uid"] + "-w"} for r in requests]
+        worker, out = trainer.workers[0], {}
+        trainer._sampling = lambda eval_mode: {"max_tokens": 512, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+        runner = threading.Thread(target=lambda: out.update(results=trainer.rollout(requests2)))
+        runner.start()
+        time.sleep(0.5)
+        ray.kill(worker, no_restart=False)
+        runner.join(timeout=240)
+        results2 = out["results"]
+        assert len(results2) == 4
+        assert all(r["traj"]["termination"] == "error" and "rollout worker died" in r["traj"]["error"]
+                   for r in results2)
+        assert all(r["scored"]["reward"] == trainer.cfg.reward.failure_reward for r in results2)
+        assert ray.get(worker.ready.remote(), timeout=180) == 0  # restarted
+    finally:
+        trainer.close()
