@@ -8,7 +8,7 @@ The model's own tokens are never re-tokenized between turns; the agent loop keep
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass
@@ -31,3 +31,220 @@ class Generation:
 @runtime_checkable
 class Engine(Protocol):
     async def generate(self, prompt_ids: list[int], sampling: Sampling) -> Generation: ...
+
+
+# ---------------------------------------------------------------- HF transformers engine
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    sampling: Sampling
+    future: Any  # asyncio.Future[Generation], owned by `loop`
+    loop: Any
+    stop: frozenset[int]
+    generator: Any = None  # torch.Generator when the request carries a seed
+
+
+class HFEngine:
+    """Batched generation with an HF transformers causal LM (CPU or one GPU).
+
+    Concurrent `generate` calls are queued; a runner task waits `batch_wait_ms` for company, takes up to
+    `max_batch_size` requests and runs them as one left-padded batch with a KV cache in a worker thread, so the
+    event loop keeps serving tool calls meanwhile. Rows stop independently (eos / stop ids -> "stop", their
+    own max_tokens -> "length"); finished rows leave the batch (their KV rows are dropped) and their futures
+    resolve at once. Requests that arrive while a batch runs form the next batch (static batching: no row joins
+    a running batch). One event loop at a time drives an engine.
+    logprobs are log_softmax(logits / temperature) at the sampled token (raw logits when temperature == 0),
+    before top-k / top-p filtering: the quantity the learner recomputes, so PPO ratios start at ~1.
+    """
+
+    def __init__(self, model: Any, eos_token_ids: list[int], pad_token_id: int | None, max_batch_size: int = 64,
+                 batch_wait_ms: float = 2.0, device: str = "cpu"):
+        import threading
+
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.model = model.to(device).eval()
+        self.device = device
+        self.eos = frozenset(int(t) for t in eos_token_ids)
+        self.pad_token_id = int(pad_token_id if pad_token_id is not None else (min(self.eos) if self.eos else 0))
+        self.max_batch_size, self.batch_wait_ms = max_batch_size, batch_wait_ms
+        self.version = 0
+        self._lock = threading.Lock()  # held for a whole batch; load_weights waits for it
+        self._pending: list[_Request] = []
+        self._runner: Any = None
+        self._runner_loop: Any = None
+        self._stats = {"batches": 0, "rows": 0, "requests": 0, "tokens_generated": 0, "prompt_tokens": 0,
+                       "busy_s": 0.0}
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any, **kw: Any) -> HFEngine:
+        from orchestra.models import eos_token_ids
+
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        return cls(model, eos_token_ids(tokenizer), pad, **kw)
+
+    # ------------------------------------------------------------ public
+    async def generate(self, prompt_ids: list[int], sampling: Sampling) -> Generation:
+        import asyncio
+
+        import torch
+
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("prompt_ids is empty")
+        vocab = self.model.config.get_text_config().vocab_size
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            raise ValueError(f"prompt_ids hold ids outside the model's vocabulary [0, {vocab})")
+        if sampling.temperature < 0 or not 0 < sampling.top_p <= 1 or sampling.top_k < 0:
+            raise ValueError(f"bad sampling {sampling}: need temperature >= 0, 0 < top_p <= 1, top_k >= 0")
+        if sampling.max_tokens <= 0:
+            return Generation(token_ids=[], logprobs=[], finish_reason="length")
+        loop = asyncio.get_running_loop()
+        gen = None
+        if sampling.seed is not None:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(int(sampling.seed))
+        req = _Request(prompt, sampling, loop.create_future(), loop,
+                       self.eos | frozenset(sampling.stop_token_ids), gen)
+        self._pending.append(req)
+        self._stats["requests"] += 1
+        if self._runner is None or self._runner.done() or self._runner_loop is not loop:
+            self._runner, self._runner_loop = loop.create_task(self._run()), loop
+        return await req.future
+
+    def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        """Swap in new weights between batches (blocks while a batch runs) and record their version."""
+        with self._lock:
+            missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+            tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
+            if unexpected or set(missing) - tied:
+                raise ValueError(f"state_dict does not match the model: missing {sorted(set(missing) - tied)[:5]}, "
+                                 f"unexpected {sorted(unexpected)[:5]}")
+            self.version = int(version)
+
+    def stats(self) -> dict[str, float]:
+        s = dict(self._stats)
+        s["mean_batch_size"] = s["rows"] / s["batches"] if s["batches"] else 0.0
+        s["tokens_per_s"] = s["tokens_generated"] / s["busy_s"] if s["busy_s"] else 0.0
+        s["version"] = self.version
+        return s
+
+    # ------------------------------------------------------------ batching
+    async def _run(self) -> None:
+        import asyncio
+
+        while self._pending:
+            if len(self._pending) < self.max_batch_size and self.batch_wait_ms > 0:
+                await asyncio.sleep(self.batch_wait_ms / 1000)  # let concurrent callers join this batch
+            batch = [r for r in self._pending[: self.max_batch_size] if not r.future.done()]
+            del self._pending[: self.max_batch_size]
+            if not batch:
+                continue
+            try:
+                await asyncio.to_thread(self._generate_batch, batch)
+            except Exception as e:  # fail this batch's requests, keep serving later ones
+                for r in batch:
+                    if not r.future.done():
+                        r.future.set_exception(e)
+
+    @staticmethod
+    def _deliver(req: _Request, gen: Generation) -> None:
+        def resolve() -> None:
+            if not req.future.done():
+                req.future.set_result(gen)
+
+        req.loop.call_soon_threadsafe(resolve)
+
+    def _generate_batch(self, batch: list[_Request]) -> None:
+        import time
+
+        import torch
+
+        with self._lock, torch.inference_mode():
+            start = time.perf_counter()
+            lens = [len(r.prompt_ids) for r in batch]
+            stats = self._stats  # counted before any row is delivered, so a caller never sees stale stats
+            stats["batches"] += 1
+            stats["rows"] += len(batch)
+            stats["prompt_tokens"] += sum(lens)
+            width = max(lens)
+            ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for i, r in enumerate(batch):
+                ids[i, width - lens[i]:] = torch.tensor(r.prompt_ids)
+                mask[i, width - lens[i]:] = 1
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+            cache, logits, next_pos = out.past_key_values, out.logits[:, -1, :].float(), pos[:, -1] + 1
+            rows = list(batch)  # requests still generating, aligned with the tensor rows
+            toks: dict[int, list[int]] = {id(r): [] for r in batch}
+            lps: dict[int, list[float]] = {id(r): [] for r in batch}
+            while True:
+                new, new_lp = _sample(logits, rows)
+                keep: list[int] = []
+                for i, (r, t, lp) in enumerate(zip(rows, new.tolist(), new_lp.tolist(), strict=True)):
+                    toks[id(r)].append(t)
+                    lps[id(r)].append(lp)
+                    stats["tokens_generated"] += 1
+                    if t in r.stop or len(toks[id(r)]) >= r.sampling.max_tokens:
+                        reason = "stop" if t in r.stop else "length"
+                        self._deliver(r, Generation(token_ids=toks[id(r)], logprobs=lps[id(r)], finish_reason=reason))
+                    else:
+                        keep.append(i)
+                if not keep:
+                    break
+                if len(keep) < len(rows):  # drop finished rows from the batch and the KV cache
+                    idx = torch.tensor(keep, device=self.device)
+                    cache.batch_select_indices(idx)
+                    mask, next_pos, new = mask[idx], next_pos[idx], new[idx]
+                    rows = [rows[i] for i in keep]
+                mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+                out = self.model(input_ids=new[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                                 past_key_values=cache, use_cache=True)
+                cache, logits, next_pos = out.past_key_values, out.logits[:, -1, :].float(), next_pos + 1
+            stats["busy_s"] += time.perf_counter() - start
+
+
+def _sample(logits: Any, rows: list[_Request]) -> tuple[Any, Any]:
+    """One token per row under that row's sampling settings; returns (token ids, their logprobs)."""
+    import torch
+
+    temps = [r.sampling.temperature for r in rows]
+    temp = torch.tensor([t if t > 0 else 1.0 for t in temps], device=logits.device, dtype=logits.dtype)
+    scaled = logits / temp[:, None]
+    logp = torch.log_softmax(scaled, dim=-1)
+    tokens = logits.argmax(dim=-1)
+    sampled = [i for i, t in enumerate(temps) if t > 0]
+    if sampled:
+        filtered = _filter(scaled[sampled], [rows[i].sampling for i in sampled])
+        probs = torch.softmax(filtered, dim=-1)
+        free = [j for j, i in enumerate(sampled) if rows[i].generator is None]
+        draws = torch.empty(len(sampled), dtype=torch.long, device=logits.device)
+        if free:
+            draws[free] = torch.multinomial(probs[free], 1).squeeze(1)
+        for j, i in enumerate(sampled):
+            if rows[i].generator is not None:  # a seeded request draws from its own stream, whatever its batch
+                draws[j] = torch.multinomial(probs[j], 1, generator=rows[i].generator)[0]
+        tokens[sampled] = draws
+    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def _filter(scaled: Any, samplings: list[Sampling]) -> Any:
+    """Top-k then top-p (nucleus) masking of tempered logits, per row."""
+    import torch
+
+    vocab = scaled.shape[-1]
+    ks = [s.top_k if 0 < s.top_k < vocab else 0 for s in samplings]
+    ps = [s.top_p for s in samplings]
+    if not any(ks) and all(p >= 1.0 for p in ps):
+        return scaled
+    sorted_vals, sorted_idx = scaled.sort(dim=-1, descending=True)
+    rank = torch.arange(vocab, device=scaled.device)[None, :]
+    k = torch.tensor([k or vocab for k in ks], device=scaled.device)[:, None]
+    drop = rank >= k
+    probs = torch.softmax(sorted_vals.masked_fill(drop, float("-inf")), dim=-1)
+    before = probs.cumsum(-1) - probs  # mass strictly above each token: keep while it is below top_p
+    drop |= before >= torch.tensor(ps, device=scaled.device, dtype=scaled.dtype)[:, None]
+    drop[:, 0] = False
+    return scaled.scatter(1, sorted_idx, sorted_vals.masked_fill(drop, float("-inf")))

@@ -1,0 +1,137 @@
+"""Benchmark: what the Serve ingress adds over the in-process agent loop, and a bounded load run.
+
+Same episode both ways: a scripted policy (tests/fakes.py ScriptedEngine, test double: one `answer` tool call,
+then done) with zero-latency fake tools, so the figures are the HTTP proxy + replica + FastAPI + JSON costs,
+not model time. Measured side by side in one run:
+  1. in-process: OrchestraService.complete() called directly, N sequential requests;
+  2. through Serve on 127.0.0.1 (auth on): the same requests over HTTP keep-alive, sequentially;
+  3. load: 50 concurrent async clients on loopback, 10 requests each; every non-200 or exception is an error.
+Prints `RESULT serve_overhead_p50_ms=...` (goal <= 15), `RESULT serve_overhead_p99_ms=...`,
+`RESULT serve_load_errors=...` (must be 0) and the load throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = str(ROOT / "tests")
+sys.path[:0] = [str(ROOT), TESTS]
+
+KEY = "bench-key"
+N_SEQ, CLIENTS, PER_CLIENT = 200, 50, 10
+BODY = {"messages": [{"role": "user", "content": "What is 2 + 2?"}], "preference": "balanced"}
+
+
+def build_service(settings=None):
+    """Scripted policy + zero-latency fake tools (runs in the bench process and inside the Serve replica)."""
+    if TESTS not in sys.path:
+        sys.path.insert(0, TESTS)
+    from fakes import ByteTokenizer, FakeTool, ScriptedEngine, call_text
+
+    from actors.serve_app import OrchestraService
+    from orchestra.agent_loop import AgentLoop
+    from orchestra.prompt import Prompter
+    from tools.base import LocalToolClient
+
+    tok = ByteTokenizer()
+    tools = {"search": FakeTool("search", cost_usd=0.001), "answer": FakeTool("answer", cost_usd=0.002, reply="4",
+                                                                               answers=True)}
+    loop = AgentLoop(ScriptedEngine(tok, [call_text("answer", model="answer-1")]), LocalToolClient(tools),
+                     Prompter(tok), eos_token_ids=[tok.eos_token_id])
+    return OrchestraService(loop, ["search", "answer"], {"answer-1": "gpt-5"}, max_tokens=256)
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+async def in_process(n: int) -> list[float]:
+    from actors.serve_api import ChatRequest
+
+    svc = build_service()
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        await svc.complete(svc.plan(ChatRequest.model_validate(BODY)))
+        out.append(time.perf_counter() - start)
+    return out
+
+
+async def over_http(url: str, n: int) -> list[float]:
+    import httpx
+
+    out = []
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as c:
+        for _ in range(n):
+            start = time.perf_counter()
+            r = await c.post("/v1/chat/completions", json=BODY)
+            out.append(time.perf_counter() - start)
+            r.raise_for_status()
+    return out
+
+
+async def load(url: str) -> tuple[int, int, float]:
+    import httpx
+
+    errors = 0
+    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
+                                 limits=limits) as c:
+        async def client() -> int:
+            bad = 0
+            for _ in range(PER_CLIENT):
+                try:
+                    r = await c.post("/v1/chat/completions", json=BODY)
+                    bad += r.status_code != 200 or r.json()["orchestra"]["termination"] != "answered"
+                except Exception:  # a dropped connection or timeout is an error too
+                    bad += 1
+            return bad
+
+        start = time.perf_counter()
+        errors = sum(await asyncio.gather(*(client() for _ in range(CLIENTS))))
+        wall = time.perf_counter() - start
+    return errors, CLIENTS * PER_CLIENT, wall
+
+
+def main() -> None:
+    import ray
+    from ray import serve
+
+    from actors.serve_app import deployment
+
+    local = asyncio.run(in_process(N_SEQ))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray.init(num_cpus=4, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        args = {"api_keys": [KEY], "rate_limit_per_s": 0}
+        serve.run(deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 1}).bind(args, build_service),
+                  name="bench", route_prefix="/")
+        url = f"http://127.0.0.1:{port}"
+        asyncio.run(over_http(url, 20))  # warm-up: connections, replica code paths
+        remote = asyncio.run(over_http(url, N_SEQ))
+        errors, total, wall = asyncio.run(load(url))
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    p50 = (statistics.median(remote) - statistics.median(local)) * 1000
+    p99 = (pct(remote, 0.99) - pct(local, 0.99)) * 1000
+    print(f"in-process p50 {statistics.median(local) * 1000:.2f} ms, via Serve p50 {statistics.median(remote) * 1000:.2f} ms "
+          f"(N={N_SEQ}); load: {total} requests from {CLIENTS} clients in {wall:.1f} s")
+    print(f"RESULT serve_overhead_p50_ms={p50:.2f}")
+    print(f"RESULT serve_overhead_p99_ms={p99:.2f}")
+    print(f"RESULT serve_load_errors={errors}")
+    print(f"RESULT serve_load_rps={total / wall:.1f}")
+
+
+if __name__ == "__main__":
+    main()

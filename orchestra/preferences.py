@@ -1,0 +1,82 @@
+"""Preference vectors P: named presets (evaluation, serving) and the per-task training sampler.
+
+A preference is a plain dict over `accuracy`, `cost`, `latency` and `tool:<id>` (orchestra.types.Preference).
+What the weights *mean* is the reward's business (reward/rubric.py); this module only chooses them.
+
+Presets (weights are relative; the toolorchestra rubric min-max normalises every feature over a group):
+- accuracy-first {accuracy 1, cost 0.05, latency 0}: correctness dominates, cost only breaks ties.
+- balanced       {accuracy 1, cost 0.5, latency 0.2}: a cheaper correct answer is clearly preferred,
+                  a faster one somewhat; the default for evaluation and `heldout_reward_gain`.
+- cost-first     {accuracy 1, cost 2, latency 0.2}: the cheapest correct route wins.
+- latency-first  {accuracy 1, cost 0.3, latency 2}: the fastest correct route wins.
+Accuracy stays at 1 everywhere: an incorrect episode scores 0 under toolorchestra whatever P is, so the
+presets trade off only *among correct* routes; the cost weight rises accuracy-first < balanced < cost-first,
+which is what the `quality_monotone` benchmark checks.
+
+Training scheme (after ToolOrchestra §3: each training instance carries its own preference vector so the
+policy learns to read P from the prompt rather than one fixed trade-off). Our choice, per task:
+- with probability `preset_prob` (0.25) one of the presets, so the named points are well covered;
+- otherwise accuracy ~ U[0.5, 1] (always positive: being right always matters), cost and latency each
+  ~ U[0, 1], but each is zeroed with probability 0.25 so "don't care" is seen too;
+- with probability `tool_prob` (0.3) one or two tool ids get a weight in ±U[0.2, 0.6]: a user who likes
+  (+) or avoids (-) a tool, as the paper's preference-aware reward counts tool use per id.
+Weights are rounded to 2 decimals so prompts stay short and stable.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from orchestra.types import Preference, check_preference
+
+PRESETS: dict[str, Preference] = {
+    "accuracy-first": {"accuracy": 1.0, "cost": 0.05, "latency": 0.0},
+    "balanced": {"accuracy": 1.0, "cost": 0.5, "latency": 0.2},
+    "cost-first": {"accuracy": 1.0, "cost": 2.0, "latency": 0.2},
+    "latency-first": {"accuracy": 1.0, "cost": 0.3, "latency": 2.0},
+}
+# Ordered by rising cost weight; `quality_monotone` expects $ to fall along this order.
+COST_ORDER = ("accuracy-first", "balanced", "cost-first")
+
+
+def preset(name: str) -> Preference:
+    """A copy of the named preset; unknown names raise ValueError listing the valid ones."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preference preset {name!r}; choose one of {sorted(PRESETS)}")
+    return dict(PRESETS[name])
+
+
+def parse_preference(spec: str | dict) -> Preference:
+    """A preset name, or `accuracy=1,cost=0.5,tool:search=-0.3`, or a dict -> validated Preference."""
+    if isinstance(spec, dict):
+        return check_preference(spec)
+    spec = spec.strip()
+    if spec in PRESETS:
+        return preset(spec)
+    if "=" not in spec:
+        raise ValueError(f"unknown preference preset {spec!r}; choose one of {sorted(PRESETS)} "
+                         "or write weights as 'accuracy=1,cost=0.5'")
+    out: dict[str, float] = {}
+    for part in spec.split(","):
+        key, _, value = part.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"preference weight {part!r} is not key=number") from None
+    return check_preference(out)
+
+
+def sample_preference(rng: random.Random, tool_ids: Sequence[str] = (), preset_prob: float = 0.25,
+                      tool_prob: float = 0.3) -> Preference:
+    """One training preference vector (scheme in the module docstring); deterministic given `rng`."""
+    if rng.random() < preset_prob:
+        pref = preset(rng.choice(sorted(PRESETS)))
+    else:
+        pref = {"accuracy": round(rng.uniform(0.5, 1.0), 2)}
+        for feature in ("cost", "latency"):
+            pref[feature] = 0.0 if rng.random() < 0.25 else round(rng.uniform(0.0, 1.0), 2)
+    if tool_ids and rng.random() < tool_prob:
+        for tool in rng.sample(sorted(tool_ids), k=min(len(tool_ids), rng.choice((1, 2)))):
+            pref[f"tool:{tool}"] = round(rng.choice((-1, 1)) * rng.uniform(0.2, 0.6), 2)
+    return check_preference(pref)

@@ -1,0 +1,184 @@
+"""Sandbox escape suite and the python tool: every attack is contained, returns within its limits, and
+leaves the machine as it was. Runs in parallel (asyncio.gather) to stay fast; needs Linux."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+import tools.sandbox as sandbox_mod
+from orchestra.types import Task, ToolContext
+from tools.sandbox import PythonTool, Sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "s3cr3t-" + uuid.uuid4().hex
+
+
+def _ctx() -> ToolContext:
+    return ToolContext(task=Task(id="t", problem="p", answer="a"))
+
+
+@pytest.fixture()
+def listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.setblocking(False)
+    yield srv
+    srv.close()
+
+
+def _sandbox_processes(sb: Sandbox) -> int:
+    """Live processes running under this test process's per-run sandbox uids."""
+    low = sb.uid_base + (os.getpid() % 8000) * 256
+    count = 0
+    for entry in os.listdir("/proc"):
+        try:
+            count += entry.isdigit() and low <= os.stat(f"/proc/{entry}").st_uid < low + 256
+        except OSError:
+            pass
+    return count
+
+
+async def test_escape_suite(listener, monkeypatch):
+    if not Sandbox().isolation == "bwrap":
+        pytest.skip("bubblewrap is not usable on this host (apt-get install bubblewrap)")
+    monkeypatch.setenv("FAKE_SECRET", SECRET)
+    port = listener.getsockname()[1]
+    marker = f"escape-{uuid.uuid4().hex}"
+    outside = [REPO / marker, Path("/root") / marker, Path.home() / marker]
+    sb = Sandbox(cpu_seconds=2, memory_mb=512, max_processes=16, wall_timeout_s=8, max_output_chars=2000)
+    attacks = {
+        "network": f"""
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2); print("CONNECTED")
+except OSError as e:
+    print("BLOCKED", type(e).__name__)
+""",
+        "write": "".join(f"""
+try:
+    open({str(p)!r}, "w").write("x"); print("WROTE")
+except OSError as e:
+    print("DENIED", e.errno)
+""" for p in outside) + "open('/tmp/ok', 'w').write('fine'); print('TMP', open('/tmp/ok').read())",
+        "secret": """
+import os, glob
+print(sorted(os.environ))
+print(os.environ.get("FAKE_SECRET"))
+for f in glob.glob("/proc/*/environ"):
+    try:
+        print(open(f, "rb").read())
+    except OSError:
+        pass
+""",
+        "forkbomb": """
+import os, time
+n = 0
+for _ in range(500):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(1)
+        os._exit(0)
+    n += 1
+print("FORKED", n)
+""",
+        "memory": """
+try:
+    b = bytearray(4 * 1024**3); print("ALLOCATED", len(b))
+except MemoryError:
+    print("MemoryError")
+""",
+        "loop": "while True:\n    pass\n",
+        "flood": "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\n",
+    }
+    runs = dict(zip(attacks, await asyncio.gather(*(sb.run(code) for code in attacks.values()))))
+    for name, run in runs.items():
+        assert run.isolation == "bwrap", name
+        assert run.wall_s < sb.wall_timeout_s + 2, (name, run.wall_s)
+        assert run.error is None, (name, run.error)
+
+    assert "BLOCKED" in runs["network"].stdout, runs["network"]
+    with pytest.raises(BlockingIOError):  # nothing ever reached our listener
+        listener.accept()
+
+    assert runs["write"].stdout.count("DENIED") == len(outside), runs["write"]
+    assert "TMP fine" in runs["write"].stdout
+    assert not any(p.exists() for p in outside)
+
+    assert SECRET not in runs["secret"].stdout + runs["secret"].stderr
+    assert "FAKE_SECRET" not in runs["secret"].stdout
+    assert runs["secret"].exit_code == 0
+
+    forked = int(runs["forkbomb"].stdout.split("FORKED")[1])
+    assert 0 < forked <= sb.max_processes, runs["forkbomb"]
+    assert not runs["forkbomb"].timed_out
+
+    assert "MemoryError" in runs["memory"].stdout, runs["memory"]
+
+    loop = runs["loop"]
+    assert loop.exit_code is not None and loop.exit_code < 0 and not loop.timed_out, loop  # SIGXCPU / SIGKILL
+    assert loop.wall_s < sb.cpu_seconds + 3
+
+    flood = runs["flood"]
+    assert flood.truncated and len(flood.stdout) < sb.max_output_chars + 100
+    assert "104857600 bytes" in flood.stdout
+    assert _sandbox_processes(sb) == 0  # no sandbox process (the fork bomb's sleepers included) survived
+
+
+async def test_wall_timeout_kills_sleeper():
+    sb = Sandbox(wall_timeout_s=1.0, cpu_seconds=5)
+    run = await sb.run("import time\nprint('start', flush=True)\ntime.sleep(30)")
+    assert run.timed_out and run.wall_s < 3
+    assert "start" in run.stdout
+
+
+async def test_python_tool_result_and_cost():
+    tool = PythonTool(price_per_second=0.5, wall_timeout_s=5)
+    res = await tool.call({"code": "print(6 * 7)\nimport sys; print('warn', file=sys.stderr)"}, _ctx())
+    assert res.ok and res.text.startswith("42") and "warn" in res.text
+    assert res.meta["isolation"] in ("bwrap", "unshare", "rlimits") and res.meta["exit_code"] == 0
+    assert res.cost_usd == pytest.approx(min(res.latency_s, 5) * 0.5)
+    assert 0 < res.cost_usd <= tool.cost_bound({}, _ctx())
+    bad = await tool.call({"code": "1/0"}, _ctx())
+    assert bad.ok and "ZeroDivisionError" in bad.text and bad.meta["exit_code"] == 1
+    assert not (await tool.call({"code": 3}, _ctx())).ok
+    slow = await PythonTool(wall_timeout_s=0.5).call({"code": "import time; time.sleep(5)"}, _ctx())
+    assert not slow.ok and "timed out" in slow.error
+
+
+async def test_fallback_without_bwrap_warns_once(monkeypatch, caplog, listener):
+    monkeypatch.setattr(sandbox_mod, "_WARNED", set())
+    monkeypatch.setenv("FAKE_SECRET", SECRET)
+    port = listener.getsockname()[1]
+    code = (f"import os, socket\nprint(os.environ.get('FAKE_SECRET'))\n"
+            f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=1); print('CONNECTED')\n"
+            f"except OSError:\n    print('BLOCKED')\n")
+    with caplog.at_level(logging.WARNING, logger="tools.sandbox"):
+        first, second = Sandbox(use_bwrap=False), Sandbox(use_bwrap=False)
+        runs = await asyncio.gather(first.run(code), second.run(code))
+    assert [r.isolation for r in runs] == [first.isolation] * 2 and first.isolation in ("unshare", "rlimits")
+    assert len([r for r in caplog.records if "falling back" in r.message or "rlimits only" in r.message]) == 1
+    for run in runs:
+        assert SECRET not in run.stdout and run.exit_code == 0
+        if run.isolation == "unshare":
+            assert "BLOCKED" in run.stdout
+    mem = await Sandbox(use_bwrap=False, use_unshare=False, memory_mb=256).run(
+        "try:\n    bytearray(1 << 30)\nexcept MemoryError:\n    print('MemoryError')")
+    assert mem.isolation == "rlimits" and "MemoryError" in mem.stdout
+
+
+def test_bad_limits_rejected():
+    with pytest.raises(ValueError):
+        Sandbox(cpu_seconds=0)
+    with pytest.raises(ValueError):
+        Sandbox(price_per_second=-1)
