@@ -39,6 +39,12 @@ eval: setup
 bench: setup
 	@set -e; for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done
 
+EXP ?= h100_2x8
+# `ray job submit` to $RAY_ADDRESS through the verl launcher; Ray 2.60's CLI needs RAY_AUTH_MODE=token (auth stays on).
+submit: setup
+	@test -n "$$RAY_ADDRESS" || { echo "set RAY_ADDRESS=http://<head-ip>:8265 (Ray dashboard / job server)"; exit 2; }
+	RAY_AUTH_MODE=token $(PY) -m cluster.verl_job experiment=$(EXP) $(ARGS)
+
 lint: setup
 	$(VENV)/bin/ruff check orchestra tools reward actors cluster tests bench
 

@@ -23,7 +23,7 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 def recall_at_10(rows, questions) -> float:
     per_q = []
-    for q, row in zip(questions, rows):
+    for q, row in zip(questions, rows, strict=True):
         gold = {title for title, _ in q["supporting_facts"]}
         per_q.append(len(gold & {h.doc_id for h in row}) / len(gold))
     return sum(per_q) / len(per_q)

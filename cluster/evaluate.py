@@ -12,8 +12,10 @@ Own keys (everything else is a config override, e.g. experiment=mmlu_pro_replay 
   baselines   comma list of strongest,cheapest,random,heuristic,oracle (default: all but oracle, plus
               oracle when the zoo replays recorded outcomes)
   out         output directory (default <run_dir>/eval)
-Tools run in-process (tools.registry.build_tools + LocalToolClient); the sim zoo needs no network.
-Everything runs in one process (no Ray): an evaluation is I/O- and tool-bound, not learner-bound.
+  tool_servers true: tools run in Ray tool-server actors (actors/tool_server.py, one set per seed, on the
+              cluster of cluster.address / $RAY_ADDRESS or a local one); default: in-process tools
+              (tools.registry.build_tools + LocalToolClient); the sim zoo needs no network either way.
+The policies' engines run in this process (an evaluation is tool-bound, not learner-bound).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-OWN = ("checkpoint", "base", "dataset", "n", "preference", "seeds", "baselines", "out", "concurrency")
+OWN = ("checkpoint", "base", "dataset", "n", "preference", "seeds", "baselines", "out", "concurrency",
+       "tool_servers")
 
 
 def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -55,12 +58,35 @@ def resolve_checkpoint(path: str) -> Path:
 
 
 def heldout_tasks(cfg: Any, dataset: str, n: int) -> tuple[list, list]:
+    """The first n held-out tasks. Held-out sets are prefix-stable (template generation is sequential; loaded
+    sets are shuffled by seed and cut from the front), so with the training run's data.seed and n <=
+    its data.n_heldout these are tasks the policy never trained on; a larger n is refused."""
     from orchestra.tasks import build_task_set
 
-    data = dataclasses.replace(cfg.data, source=dataset or cfg.data.source, n_heldout=n,
-                               n_train=1 if (dataset or cfg.data.source) != "template" else 1)
+    if (not dataset or dataset == cfg.data.source) and n > cfg.data.n_heldout:
+        raise SystemExit(f"n={n} exceeds data.n_heldout={cfg.data.n_heldout}: the extra tasks could be "
+                         "training tasks; raise data.n_heldout only if the policy was trained with it")
+    data = dataclasses.replace(cfg.data, source=dataset or cfg.data.source, n_heldout=n, n_train=1)
     _train, heldout, corpus = build_task_set(data, dict(cfg.zoo.tiers))
     return heldout, corpus
+
+
+def ray_clients(cfg: Any, corpus: list, seeds: list[int], tasks: list) -> dict[int, Any]:
+    """One set of tool-server actors per seed (sim experts draw from zoo.seed + k); schemas warmed up front
+    so the event loop never blocks on a schema round trip."""
+    from actors.tool_server import RayToolClient, make_tool_servers
+    from cluster.launch import init_ray
+    from tools.registry import zoo_dict
+
+    init_ray(cfg)
+    clients = {}
+    for s in seeds:
+        handles, _ledger = make_tool_servers(zoo_dict(dataclasses.replace(cfg.zoo, seed=cfg.zoo.seed + s)),
+                                             build_kwargs={"corpus": corpus or None}, name_suffix=f"-eval{s}")
+        clients[s] = RayToolClient(handles, timeout_s=cfg.zoo.server.timeout_s)
+        for t in tasks:
+            clients[s].schemas(t)
+    return clients
 
 
 def build(cfg: Any, own: dict[str, str]):
@@ -77,9 +103,12 @@ def build(cfg: Any, own: dict[str, str]):
     seeds = list(range(int(own.get("seeds", cfg.eval.seeds))))
     tok = load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
     prompter = Prompter(tok, a.system_prompt, a.doc_chars, a.code_chars, a.attempt_chars, a.max_observation_chars)
-    retriever = Build(z, corpus=corpus).retriever() if "search" in z.tools and corpus else None
-    clients = {s: LocalToolClient(build_tools(dataclasses.replace(z, seed=z.seed + s), corpus=corpus or None,
-                                              retriever=retriever)) for s in seeds}
+    if own.get("tool_servers", "false").lower() == "true":
+        clients = ray_clients(cfg, corpus, seeds, tasks)
+    else:
+        retriever = Build(z, corpus=corpus).retriever() if "search" in z.tools and corpus else None
+        clients = {s: LocalToolClient(build_tools(dataclasses.replace(z, seed=z.seed + s), corpus=corpus or None,
+                                                  retriever=retriever)) for s in seeds}
     experts = build_experts(z)
     replay = any(e.kind == "replay" for e in z.experts.values())
     default = [b for b in BASELINES if b != "oracle" or replay]
@@ -149,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     if "quality" in report:
         console.print(f"quality: {report['quality']}")
     console.print(f"report: {out / 'report.json'}")
+    if own.get("tool_servers", "false").lower() == "true":
+        import ray
+
+        ray.shutdown()
     return 0
 
 

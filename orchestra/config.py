@@ -247,7 +247,7 @@ class ClusterConfig:
     num_rollout_workers: int = 1
     rollout_worker_cpus: float = 1.0
     rollout_worker_gpus: float = 0.0
-    learner_cpus: float = 1.0
+    learner_cpus: float = 0.5
     learner_gpus: float = 0.0
     reward_cpus: float = 0.05
     max_restarts: int = 3

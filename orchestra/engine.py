@@ -51,7 +51,7 @@ class HFEngine:
     `max_batch_size` requests and runs them as one left-padded batch with a KV cache in a worker thread, so the
     event loop keeps serving tool calls meanwhile. Rows stop independently (eos / stop ids -> "stop", their
     own max_tokens -> "length"); finished rows leave the batch (their KV rows are dropped) and their futures
-    resolve at once. Requests that arrive while a batch runs form the next batch (static batching: no row joins
+    resolve at once. A prefix common to the whole batch (system prompt + tools) is prefilled once and shared. Requests that arrive while a batch runs form the next batch (static batching: no row joins
     a running batch). One event loop at a time drives an engine.
     logprobs are log_softmax(logits / temperature) at the sampled token (raw logits when temperature == 0),
     before top-k / top-p filtering: the quantity the learner recomputes, so PPO ratios start at ~1.
@@ -68,13 +68,14 @@ class HFEngine:
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id if pad_token_id is not None else (min(self.eos) if self.eos else 0))
         self.max_batch_size, self.batch_wait_ms = max_batch_size, batch_wait_ms
+        self.min_shared_prefix = 16  # shorter common prefixes are not worth a separate forward
         self.version = 0
         self._lock = threading.Lock()  # held for a whole batch; load_weights waits for it
         self._pending: list[_Request] = []
         self._runner: Any = None
         self._runner_loop: Any = None
         self._stats = {"batches": 0, "rows": 0, "requests": 0, "tokens_generated": 0, "prompt_tokens": 0,
-                       "busy_s": 0.0}
+                       "shared_prefix_tokens": 0, "busy_s": 0.0}
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, **kw: Any) -> HFEngine:
@@ -155,6 +156,25 @@ class HFEngine:
 
         req.loop.call_soon_threadsafe(resolve)
 
+    def _prefill_shared_prefix(self, batch: list[_Request]) -> tuple[Any, int]:
+        """Run the prompts' common prefix (system prompt + tool schemas, typically) once and copy its KV cache to
+        every row: prefill dominates CPU batches of long prompts. Returns (cache or None, prefix length)."""
+        import os
+
+        import torch
+
+        if len(batch) < 2:
+            return None, 0
+        shared = min(len(os.path.commonprefix([r.prompt_ids for r in batch])),
+                     min(len(r.prompt_ids) for r in batch) - 1)  # each row keeps >= 1 token of its own
+        if shared < self.min_shared_prefix:
+            return None, 0
+        out = self.model(input_ids=torch.tensor([batch[0].prompt_ids[:shared]], device=self.device), use_cache=True,
+                         logits_to_keep=1)
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(len(batch))
+        return cache, shared
+
     def _generate_batch(self, batch: list[_Request]) -> None:
         import time
 
@@ -167,15 +187,20 @@ class HFEngine:
             stats["batches"] += 1
             stats["rows"] += len(batch)
             stats["prompt_tokens"] += sum(lens)
-            width = max(lens)
+            cache, shared = self._prefill_shared_prefix(batch)
+            stats["shared_prefix_tokens"] += shared
+            sfx = [len(r.prompt_ids) - shared for r in batch]
+            width = max(sfx)
             ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for i, r in enumerate(batch):
-                ids[i, width - lens[i]:] = torch.tensor(r.prompt_ids)
-                mask[i, width - lens[i]:] = 1
+            mask = torch.zeros((len(batch), shared + width), dtype=torch.long)
+            mask[:, :shared] = 1
+            for i, r in enumerate(batch):  # [shared prefix | left padding | own suffix]
+                ids[i, width - sfx[i]:] = torch.tensor(r.prompt_ids[shared:])
+                mask[i, shared + width - sfx[i]:] = 1
             ids, mask = ids.to(self.device), mask.to(self.device)
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                             use_cache=True, logits_to_keep=1)
             cache, logits, next_pos = out.past_key_values, out.logits[:, -1, :].float(), pos[:, -1] + 1
             rows = list(batch)  # requests still generating, aligned with the tensor rows
             toks: dict[int, list[int]] = {id(r): [] for r in batch}

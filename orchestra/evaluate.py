@@ -93,14 +93,16 @@ def frontier(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def on_frontier(point: tuple[float, float], baselines: list[tuple[float, float]], tol: float = 1e-9) -> bool:
     """Is `point` on or above the fixed routers' frontier? The frontier is linear between its points (a random
-    mix of two routers reaches any point between them) and flat after the last; below the cheapest router
-    nothing competes."""
+    mix of two routers reaches any point between them), flat after the last, and below the cheapest router
+    linear from (0, 0): mixing that router with "answer nothing" (free, never right) reaches those points."""
     front = frontier(baselines)
     cost, acc = point
-    if not front or cost < front[0][0]:
+    if not front:
         return True
+    if cost < front[0][0]:
+        return acc >= front[0][1] * cost / front[0][0] - tol
     best = front[-1][1]
-    for (c0, a0), (c1, a1) in zip(front, front[1:]):
+    for (c0, a0), (c1, a1) in zip(front, front[1:], strict=False):
         if c0 <= cost <= c1:
             best = a0 + (a1 - a0) * ((cost - c0) / (c1 - c0) if c1 > c0 else 1.0)
             break
@@ -256,6 +258,8 @@ class Evaluator:
                 for s in seeds for t in tasks]
         todo = [j for j in jobs if episode_key(j[0], j[1], j[3], j[4].id) not in done]
         sem = asyncio.Semaphore(self.concurrency)
+        if self.results_path:
+            self.results_path.parent.mkdir(parents=True, exist_ok=True)
         sink = self.results_path.open("a") if self.results_path else None
         out = [done[episode_key(j[0], j[1], j[3], j[4].id)] for j in jobs
                if episode_key(j[0], j[1], j[3], j[4].id) in done]
@@ -281,7 +285,9 @@ class Evaluator:
 # ---------------------------------------------------------------- report
 def quality_figures(rows: list[dict[str, Any]], orchestrator: str = "orchestrator",
                     preference: str = "balanced") -> dict[str, float]:
-    """The `quality_*` figures (DESIGN.md "Benchmarks") from summary rows."""
+    """The `quality_*` figures (DESIGN.md "Benchmarks") from summary rows. Degenerate policies do not pass:
+    on_frontier also needs accuracy > 0 (never answering is free, and so trivially "on" the frontier), and
+    monotone needs $ non-increasing along accuracy-first, balanced, cost-first AND a real fall end to end."""
     by = {(r["policy"], r["preference"]): r for r in rows}
     base = [r for r in rows if r["policy"] in BASELINES]
     orch = by.get((orchestrator, preference)) or next(r for r in rows if r["policy"] == orchestrator)
@@ -290,12 +296,12 @@ def quality_figures(rows: list[dict[str, Any]], orchestrator: str = "orchestrato
     if strong is not None:
         out["acc_gap"] = 100.0 * (strong["accuracy"] - orch["accuracy"])
         out["cost_ratio"] = orch["cost_cents"] / strong["cost_cents"] if strong["cost_cents"] > 0 else math.inf
-    out["on_frontier"] = float(on_frontier((orch["cost_cents"], orch["accuracy"]),
-                                           [(r["cost_cents"], r["accuracy"]) for r in base]))
+    out["on_frontier"] = float(orch["accuracy"] > 0 and on_frontier((orch["cost_cents"], orch["accuracy"]),
+                                                                    [(r["cost_cents"], r["accuracy"]) for r in base]))
     costs = [by[(orchestrator, p)]["cost_cents"] for p in ("accuracy-first", "balanced", "cost-first")
              if (orchestrator, p) in by]
     if len(costs) == 3:
-        out["monotone"] = float(costs[0] >= costs[1] >= costs[2])
+        out["monotone"] = float(costs[0] >= costs[1] >= costs[2] and costs[0] > costs[2])
     return out
 
 

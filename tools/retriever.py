@@ -209,8 +209,8 @@ class DenseIndex(_PassageStore):
             kwargs["sel"] = faiss.IDSelectorBatch(allowed)
         params = (faiss.SearchParametersIVF if self.index_type == "ivf" else faiss.SearchParameters)(**kwargs)
         scores, ids = self.index.search(vectors, k, params=params)
-        return [[self._hit(int(i), s) for i, s in zip(row_ids, row_scores) if i >= 0]
-                for row_ids, row_scores in zip(ids, scores)]
+        return [[self._hit(int(i), s) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
+                for row_ids, row_scores in zip(ids, scores, strict=True)]
 
     def save(self, out_dir: str | Path) -> Path:
         import faiss
@@ -247,10 +247,10 @@ class BM25Index(_PassageStore):
         self.bm25 = None
         self._set_passages([])
 
-    def _tokens(self, texts: list[str]):
+    def _tokens(self, texts: list[str], as_ids: bool = True):
         import bm25s
 
-        return bm25s.tokenize(texts, stopwords=self.stopwords, show_progress=False)
+        return bm25s.tokenize(texts, stopwords=self.stopwords, return_ids=as_ids, show_progress=False)
 
     def build(self, passages: list[Passage], progress: Callable[[int], None] | None = None) -> BM25Index:
         import bm25s
@@ -276,12 +276,12 @@ class BM25Index(_PassageStore):
             mask[allowed] = 1.0
         k = min(k, len(self) if allowed is None else len(allowed))
         # bm25s tokenizes queries against its own vocabulary; unknown words simply score nothing.
-        tokens = [[t for t in q if t in self.bm25.vocab_dict] for q in
-                  bm25s_tokenize_strings(queries, self.stopwords)]
+        tokens = [[t for t in q if t in self.bm25.vocab_dict] for q in self._tokens(queries, as_ids=False)]
         ids, scores = self.bm25.retrieve(tokens, k=k, show_progress=False, weight_mask=mask, n_threads=0)
         # A score of 0 means no query term occurs in the passage: not a hit (and never a disallowed one).
-        return [[self._hit(int(i), s) for i, s in zip(row_ids, row_scores) if s > 0 and (mask is None or mask[int(i)])]
-                for row_ids, row_scores in zip(ids, scores)]
+        return [[self._hit(int(i), s) for i, s in zip(row_ids, row_scores, strict=True)
+                 if s > 0 and (mask is None or mask[int(i)])]
+                for row_ids, row_scores in zip(ids, scores, strict=True)]
 
     def save(self, out_dir: str | Path) -> Path:
         out = Path(out_dir)
@@ -300,12 +300,6 @@ class BM25Index(_PassageStore):
         self._set_passages(passages)
         self.bm25 = bm25s.BM25.load(str(index_dir / "bm25"), show_progress=False)
         return self
-
-
-def bm25s_tokenize_strings(texts: list[str], stopwords: str) -> list[list[str]]:
-    import bm25s
-
-    return bm25s.tokenize(texts, stopwords=stopwords, return_ids=False, show_progress=False)
 
 
 def _doc_text(p: Passage) -> str:

@@ -212,7 +212,8 @@ class Sandbox:
     async def run(self, code: str) -> SandboxRun:
         """Run `code`; never raises for anything the code does (the result says what happened)."""
         start = time.perf_counter()
-        iso = self.isolation
+        # The first run probes bwrap/unshare (blocking subprocesses): keep that off the event loop.
+        iso = self._isolation or await asyncio.to_thread(lambda: self.isolation)
         argv, env, workdir, preexec = self._plan()
         cap = self.max_output_chars * 4 + 4  # bytes: enough for max_output_chars of UTF-8
         try:

@@ -125,6 +125,21 @@ def execute(spec: dict[str, Any], schema: dict[str, Any], db: dict[str, dict[str
     return dict(row), None
 
 
+def try_tool(spec: dict[str, Any], schema: dict[str, Any], db: dict[str, Any]) -> str | None:
+    """Execute a tool once on a copy of db with arguments taken from its first record: it must run."""
+    rows = db.get(spec["table"]) or {}
+    if not rows:
+        return f"tool {spec['name']}: table {spec['table']} has no records to try it on"
+    key = sorted(rows)[0]
+    row = rows[key]
+    t = schema["tables"][spec["table"]]
+    key_arg = row[t["key"]]
+    args = {"get": {"key": key_arg}, "find": {"value": row.get(spec.get("field"))},
+            "update": {"key": key_arg, "value": row.get(spec.get("field"))}}[spec["kind"]]
+    _out, err = execute(spec, schema, copy.deepcopy(db), args)
+    return f"tool {spec['name']} failed on a sample call: {err}" if err else None
+
+
 def replay(db: dict[str, Any], schema: dict[str, Any], tools: list[dict[str, Any]],
            actions: Any) -> tuple[list[Any], dict[str, Any]] | str:
     """Run gold actions [{name, arguments}] on a copy of db; (outputs, final db) or the reason it failed."""

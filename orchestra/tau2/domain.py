@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,7 @@ class Tau2Domain:
         return tasks
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_domain(name: str) -> Tau2Domain:
     """One build per domain per process (safe to share: environments are handed out as fresh copies)."""
     return Tau2Domain(name)
@@ -120,11 +120,12 @@ def first_user_message(tau2_task: Any) -> str:
 
 
 def to_task(tau2_task: Any, domain: str, version: str = "v0.2.0", tools: list[str] | None = None,
-            model_mapping: dict[str, str] | None = None, pref: dict[str, float] | None = None) -> Task:
+            model_mapping: dict[str, str] | None = None, pref: dict[str, float] | None = None,
+            pricing: dict[str, dict[str, float]] | None = None) -> Task:
     """A τ² task as an orchestra Task. The gold answer is the evaluator's job, so `answer` stays empty."""
     return Task(id=f"tau2/{domain}/{version}/{tau2_task.id}", problem=first_user_message(tau2_task), answer="",
                 category="func_call", data_source=f"tau2/{domain}", tools=list(tools or []),
-                model_mapping=dict(model_mapping or {}), pref=dict(pref or {}),
+                model_mapping=dict(model_mapping or {}), pref=dict(pref or {}), pricing=dict(pricing or {}),
                 meta={"tau2_domain": domain, "tau2_task_id": str(tau2_task.id), "tau2_version": version,
                       "tau2_task": tau2_task.model_dump(mode="json")})
 

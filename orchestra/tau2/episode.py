@@ -15,6 +15,8 @@ Terminations: user/agent stop -> `answered`; out of turns/steps/too many errors 
 budget -> `budget`; engine or user-simulator failure -> `error`. `traj.meta["tau2_termination"]` keeps
 tau2's own name. With `score=True` the official evaluator scores the episode here (orchestra/tau2/reward.py)
 and `traj.correct` / `traj.meta["tau2_score"]` are set; the τ² transcript is kept in `meta["tau2_messages"]`.
+The domain tools must run in this process (tools.base.LocalToolClient over adapter.build_tools with the same
+`sessions`): they are cheap in-memory functions, and the session they write is the one scored here.
 """
 
 from __future__ import annotations

@@ -103,3 +103,15 @@ def _nl_with_judge(tau2_task: Any, messages: list[Any], model: str, args: dict[s
 def score_session(session: Any, termination: str, **judge: Any) -> Tau2Score:
     """Score an orchestra/tau2/adapter.Tau2Session."""
     return evaluate_messages(session.domain, session.tau2_task, session.messages, termination, **judge)
+
+
+def judgement_of(traj: Any) -> Any:
+    """The τ² verdict as a reward.judges.Judgement, for reward/score.py's judging step on data_source
+    `tau2/*` (the episode driver already scored it; a τ² task has no gold answer string to judge)."""
+    from reward.judges import Judgement
+
+    score = (getattr(traj, "meta", None) or {}).get("tau2_score")
+    if not score:
+        return Judgement(False, 0.0, "tau2", "episode was not scored by the τ² evaluator")
+    reason = score.get("error") or ", ".join(f"{k}={v:g}" for k, v in sorted(score.get("breakdown", {}).items()))
+    return Judgement(bool(score["correct"]), float(score["score"]), "tau2", reason or str(score.get("info", "")))

@@ -12,6 +12,17 @@ import torch
 from orchestra.engine import Engine, HFEngine, Sampling, _filter
 from orchestra.models import eos_token_ids, load_policy
 
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """One intra-op thread for this module, restored after: on a shared 2-core box two spinning OpenMP threads
+    make the tiny model's small matmuls ~50x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 GREEDY = Sampling(max_tokens=12, temperature=0.0)
 # The untrained tiny model's greedy output repeats one token; seeded sampling gives varied, reproducible tokens.
 SEEDED = [Sampling(max_tokens=12, temperature=1.0, seed=i) for i in range(8)]
@@ -74,6 +85,23 @@ async def test_batching_coalesces_and_matches_alone(tiny, prompts):
     greedy_batched = await asyncio.gather(*[engine.generate(p, GREEDY) for p in prompts])
     assert greedy_batched[-1].token_ids == greedy_alone.token_ids
     assert greedy_batched[-1].logprobs == pytest.approx(greedy_alone.logprobs, abs=1e-4)
+
+
+async def test_shared_prefix_batch_matches_alone(tiny):
+    """Prompts sharing a long system prompt: the prefix is prefilled once, rows still match their solo runs."""
+    _, tok = tiny
+    system = {"role": "system", "content": "You are an orchestrator. Call exactly one tool per turn. " * 4}
+    prompts = [tok.encode(tok.apply_chat_template([system, {"role": "user", "content": "What is 3 * 4?" * (i + 1)}],
+                                                  tokenize=False, add_generation_prompt=True),
+                          add_special_tokens=False) for i in range(4)]
+    engine = make(tiny)
+    alone = [await engine.generate(p, SEEDED[i]) for i, p in enumerate(prompts)]
+    assert engine.stats()["shared_prefix_tokens"] == 0
+    batched = await asyncio.gather(*[engine.generate(p, SEEDED[i]) for i, p in enumerate(prompts)])
+    assert engine.stats()["shared_prefix_tokens"] >= 40
+    for a, b in zip(alone, batched, strict=True):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
 async def test_max_batch_size_splits(tiny, prompts):

@@ -10,8 +10,17 @@ from types import SimpleNamespace
 import pytest
 from fakes import ByteTokenizer, ScriptedEngine, call_text
 
-from orchestra.evaluate import (Evaluator, baseline_script, frontier, mean_ci, on_frontier, quality_figures,
-                                summarize, tier_costs, write_report)
+from orchestra.evaluate import (
+    Evaluator,
+    baseline_script,
+    frontier,
+    mean_ci,
+    on_frontier,
+    quality_figures,
+    summarize,
+    tier_costs,
+    write_report,
+)
 from orchestra.plots import plot_training
 from orchestra.preferences import PRESETS
 from orchestra.prompt import Prompter
@@ -49,7 +58,8 @@ def test_frontier_and_quality_figures():
     assert frontier(pts) == [(0.5, 0.2), (1.0, 0.5), (4.0, 0.9)]
     assert on_frontier((2.5, 0.7), pts)  # the line from (1, .5) to (4, .9) is at 0.7 for cost 2.5
     assert not on_frontier((2.5, 0.69), pts)
-    assert on_frontier((0.1, 0.0), pts) and not on_frontier((9.0, 0.8), pts)
+    assert on_frontier((0.1, 0.05), pts) and not on_frontier((0.1, 0.03), pts)  # 0.2 * 0.1 / 0.5 = 0.04
+    assert not on_frontier((9.0, 0.8), pts)
     rows = [{"policy": "strongest", "preference": "balanced", "accuracy": 0.9, "cost_cents": 4.0},
             {"policy": "cheapest", "preference": "balanced", "accuracy": 0.2, "cost_cents": 0.5},
             {"policy": "orchestrator", "preference": "accuracy-first", "accuracy": 0.9, "cost_cents": 3.0},
@@ -58,6 +68,8 @@ def test_frontier_and_quality_figures():
     q = quality_figures(rows)
     assert math.isclose(q["acc_gap"], 2.0) and math.isclose(q["cost_ratio"], 0.25)
     assert q["on_frontier"] == 1.0 and q["monotone"] == 1.0
+    idle = [r if r["policy"] != "orchestrator" else {**r, "accuracy": 0.0, "cost_cents": 0.0} for r in rows]
+    assert quality_figures(idle) == {"acc_gap": 90.0, "cost_ratio": 0.0, "on_frontier": 0.0, "monotone": 0.0}
 
 
 def test_baseline_scripts():

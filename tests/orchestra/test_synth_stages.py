@@ -45,6 +45,10 @@ def test_validation_reasons():
     assert V.replay(db, schema, tools, [{"name": "get_book", "arguments": {"key": "B9"}}]).endswith("key 'B9'")
     assert "unknown tool" in V.replay(db, schema, tools, [{"name": "rm_rf", "arguments": {}}])
     assert "missing required" in V.replay(db, schema, tools, [{"name": "get_book", "arguments": {}}])
+    find_due = {"name": "find_books_by_due_day", "kind": "find", "table": "books", "field": "due_day", "description": "d"}
+    assert V.try_tool(find_due, schema, db) is None
+    bad_db = V.index_db(schema, {**rows, "books": [{**rows["books"][0], "due_day": "soon"}]})  # skipped check_records
+    assert "failed on a sample call" in V.try_tool(find_due, schema, bad_db)
     assert "kind" in V.check_tool({"name": "drop", "kind": "delete", "table": "books", "description": "d"}, schema)
     assert V.parse_json("```json\n{\"a\": 1}\n```") == ({"a": 1}, None)
     assert V.parse_json("{oops")[1].startswith("malformed JSON")

@@ -7,10 +7,9 @@ two 7 MB environments and hashes them, as the official evaluator does)."""
 from __future__ import annotations
 
 import pytest
-
 from replay import gold_actions, last_write_index, replay
 
-AIRLINE_SAMPLE = ("1", "5", "11")  # a one-write, a cancel, and a multi-write task
+AIRLINE_SAMPLE = ("11",)  # a multi-write task; `-m slow` covers all of them
 
 
 async def _check(domain, tasks, version, drop=True):
@@ -48,8 +47,7 @@ async def test_mock_gold_replay_current_tasks(mock_domain, shared_data):
 async def test_airline_gold_replay_sample(airline_domain, shared_data):
     tasks = [t for t in airline_domain.tasks("v0.2.0") if t.id in AIRLINE_SAMPLE]
     assert len(tasks) == len(AIRLINE_SAMPLE)
-    await _check(airline_domain, tasks[:2], "v0.2.0", drop=False)
-    await _check(airline_domain, tasks[2:], "v0.2.0", drop=True)
+    await _check(airline_domain, tasks, "v0.2.0", drop=True)
 
 
 def test_v020_wheel_tasks_match_shared_copy(airline_domain, shared_data):

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from orchestra.types import Task, ToolContext
-from tools.retriever import (BM25Index, DenseIndex, Embedder, Retriever, build_retriever, load_corpus, main)
+from tools.retriever import BM25Index, DenseIndex, Embedder, Retriever, build_retriever, load_corpus, main
 
 DENSE_QUESTIONS = 20
 
@@ -19,7 +19,7 @@ def recall_at_10(index, questions, vectors=None) -> float:
     queries = [q["question"] for q in questions]
     hits = index.search(queries, k=10) if vectors is None else index.search_vectors(vectors, k=10)
     per_q = []
-    for q, row in zip(questions, hits):
+    for q, row in zip(questions, hits, strict=True):
         gold = {title for title, _ in q["supporting_facts"]}
         per_q.append(len(gold & {h.doc_id for h in row}) / len(gold))
     return sum(per_q) / len(per_q)

@@ -101,7 +101,7 @@ except MemoryError:
         "loop": "while True:\n    pass\n",
         "flood": "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\n",
     }
-    runs = dict(zip(attacks, await asyncio.gather(*(sb.run(code) for code in attacks.values()))))
+    runs = dict(zip(attacks, await asyncio.gather(*(sb.run(code) for code in attacks.values())), strict=True))
     for name, run in runs.items():
         assert run.isolation == "bwrap", name
         assert run.wall_s < sb.wall_timeout_s + 2, (name, run.wall_s)
