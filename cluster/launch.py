@@ -30,6 +30,20 @@ def init_ray(cfg: ExperimentConfig) -> str:
     return f"local cluster ({ray.cluster_resources().get('CPU', 0):g} CPUs)"
 
 
+def check_resources(cfg: ExperimentConfig) -> None:
+    """Fail fast (instead of waiting forever for a placement) when the actors cannot fit the cluster."""
+    c = cfg.cluster
+    need_cpu = (c.num_rollout_workers * c.rollout_worker_cpus + c.learner_cpus + c.reward_cpus
+                + len(cfg.zoo.tools) * cfg.zoo.server.num_cpus)
+    need_gpu = c.num_rollout_workers * c.rollout_worker_gpus + c.learner_gpus
+    have = ray.cluster_resources()
+    if need_cpu > have.get("CPU", 0) + 1e-9 or need_gpu > have.get("GPU", 0) + 1e-9:
+        raise RuntimeError(
+            f"the run needs {need_cpu:g} CPUs and {need_gpu:g} GPUs but the cluster has {have.get('CPU', 0):g} CPUs "
+            f"and {have.get('GPU', 0):g} GPUs; lower cluster.*_cpus / *_gpus or cluster.num_rollout_workers, "
+            "or give a local cluster more logical CPUs with cluster.num_cpus")
+
+
 def model_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
     m = cfg.model
     return {"tiny": m.tiny, "dtype": m.dtype, "device": m.device, "attn_implementation": m.attn_implementation,

@@ -58,6 +58,7 @@ class Trainer:
         self.console.print(f"[bold]orchestra[/] {cfg.name}: {len(self.train)} train / {len(self.heldout)} held-out "
                            f"tasks, run dir {self.dir}")
         self.console.print(f"ray: {launch.init_ray(cfg)}")
+        launch.check_resources(cfg)
         with self.phases("start actors"):
             self.tools = launch.start_tool_servers(cfg)
             self.reward = launch.start_reward_actor(cfg)
