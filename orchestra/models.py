@@ -117,6 +117,19 @@ def _tool_schemas(tiers: list[str], prices: dict[str, str]) -> list[dict[str, An
                  "type": "string"}}, "required": ["expression"]}}}]
 
 
+def _real_tool_schemas() -> list[dict[str, Any]]:
+    """The default zoo's tool schemas exactly as prompts render them (so BPE learns their merges); [] if the
+    tools cannot be built here. Imported lazily: tools/ depends on orchestra/, not the other way round."""
+    try:
+        from orchestra.config import load_config
+        from tools.registry import build_tools
+
+        tools = build_tools(load_config().zoo, names=["search", "enhance_reasoning", "answer", "calculator"])
+        return [t.schema(None) for t in tools.values()]
+    except Exception:  # a broken zoo must not stop tokenizer training; the generic schemas still work
+        return []
+
+
 def corpus_text() -> str:
     """The tiny tokenizer's training text: the project's own prompts, zoo files, template, tool calls, digits and
     generated problem text. Deterministic, so the cache key (its hash) is stable across machines."""
@@ -160,7 +173,7 @@ def corpus_text() -> str:
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = json.dumps
     template = env.from_string(chatml_template())
-    schemas = _tool_schemas(tiers, prices)
+    schemas = _real_tool_schemas() or _tool_schemas(tiers, prices)
     for i, problem in enumerate(problems[:60]):
         pref = {"accuracy": 1.0, "cost": round(rng.uniform(-1, 1), 2), "latency": round(rng.uniform(-1, 1), 2),
                 f"tool:{rng.choice(tiers)}": round(rng.uniform(-1, 1), 2)}

@@ -18,9 +18,8 @@ from typing import Any, Protocol
 from orchestra.types import Preference, Task
 
 DEFAULT_SYSTEM = (
-    "You are an orchestrator. Solve the problem by calling tools: retrieval, code, and expert models. "
-    "Stronger experts are more accurate but cost more and take longer. Call exactly one tool per turn "
-    "and give the final answer through the answer tool."
+    "You are an orchestrator: solve the problem with tools and expert models. Stronger experts are more "
+    "accurate but cost more and are slower. Call one tool per turn; the answer tool gives the final answer."
 )
 
 
@@ -36,7 +35,8 @@ def preference_text(pref: Preference) -> str:
     if not pref:
         return "User preference: accuracy first."
     parts = [f"{k} {v:g}" for k, v in sorted(pref.items())]
-    return "User preference weights (higher means more important; negative tool weights mean avoid): " + ", ".join(parts) + "."
+    # Weights: higher = matters more; a negative tool weight = avoid that tool.
+    return "Preference weights: " + ", ".join(parts) + "."
 
 
 def _fit(items: list[str], budget: int, label: str) -> str:

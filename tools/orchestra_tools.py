@@ -142,12 +142,14 @@ class TieredExpertTool:
             try:
                 _, expert = self.resolve({"model": tier}, task)
                 p_in, p_out = self.price(expert, task)
-                lines.append(f"{tier}: ${p_in:g} in / ${p_out:g} out per M tokens, ~{expert.latency_s:g}s")
+                lines.append(f"{tier} ${p_in:g}/${p_out:g} ~{expert.latency_s:g}s")
             except Exception as e:  # an unmapped tier: still listed, with why it is unusable
                 lines.append(f"{tier}: unavailable ({e})")
         params = {**self.parameters, "properties": {"model": {"type": "string", "enum": tiers,
                                                               "description": "tier id of the expert model"}}}
-        return function_schema(self.name, self.summary + " Tiers:\n" + "\n".join(lines), params)
+        # Compact on purpose: every prompt carries these lines, and prompt tokens dominate a small policy's cost.
+        return function_schema(self.name, self.summary + " Tiers ($/M tokens in/out, latency): "
+                               + "; ".join(lines) + ".", params)
 
     def example_args(self) -> dict[str, Any]:
         tiers = self.tier_ids(None)
@@ -219,7 +221,7 @@ class TieredExpertTool:
 
 class SearchTool(TieredExpertTool):
     name = "search"
-    summary = "Search for information: an expert model writes a query and the search engine returns passages."
+    summary = "Search: an expert writes a query; retrieved passages come back."
     prefixes = ("search-",)
     purpose = "query"
 
@@ -243,7 +245,7 @@ class SearchTool(TieredExpertTool):
 
 class EnhanceReasoningTool(TieredExpertTool):
     name = "enhance_reasoning"
-    summary = "Reason with code: an expert model writes a Python program and the sandbox runs it."
+    summary = "Code: an expert writes Python; the sandbox runs it."
     prefixes = ("reasoner-",)
     purpose = "code"
 
@@ -271,7 +273,7 @@ class EnhanceReasoningTool(TieredExpertTool):
 
 class AnswerTool(TieredExpertTool):
     name = "answer"
-    summary = "Answer the problem: an expert model gives the final answer, which ends the episode."
+    summary = "Answer: an expert gives the final answer (ends the episode)."
     prefixes = ("answer-",)
     purpose = "answer"
 
