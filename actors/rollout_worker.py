@@ -22,6 +22,13 @@ log = logging.getLogger(__name__)
 
 
 def build_engine(model: Any, tokenizer: Any, kind: str, engine_kwargs: dict[str, Any]) -> Any:
+    """`hf`, `vllm`, or `package.module:factory` — a callable (model, tokenizer, **engine_kwargs) -> Engine,
+    e.g. a scripted engine for benchmarks that measure tool overlap rather than generation speed."""
+    if ":" in kind:
+        import importlib
+
+        module, _, attr = kind.partition(":")
+        return getattr(importlib.import_module(module), attr)(model, tokenizer, **engine_kwargs)
     if kind == "vllm":
         from orchestra.vllm_engine import VLLMEngine
 
@@ -73,16 +80,33 @@ class RolloutWorker:
 
         async def one(req: dict[str, Any]) -> dict[str, Any]:
             task = Task.from_dict(req["task"])
-            warm = getattr(self.loop.tools, "aschemas", None)
-            if warm is not None:  # fetch tool schemas without blocking the event loop
-                await warm(task)
-            traj = await self.loop.run(task, samp, uid=req["uid"], policy_version=self.version)
+            try:
+                await self._warm_schemas(task)
+                traj = await self.loop.run(task, samp, uid=req["uid"], policy_version=self.version)
+            except Exception as e:  # never lose a group member: an error trajectory still reaches the reward
+                traj = Trajectory(task_id=task.id, uid=req["uid"], termination="error",
+                                  error=f"rollout failed: {type(e).__name__}: {e}")
             out: dict[str, Any] = {"traj": traj.to_dict(), "task_id": task.id, "uid": req["uid"]}
             if score and self.reward_actor is not None:
                 out["scored"] = await self.reward_actor.submit.remote(out["traj"], req["task"], req["group_size"])
             return out
 
         return list(await asyncio.gather(*(one(r) for r in requests)))
+
+    async def _warm_schemas(self, task: Task, attempts: int = 5) -> None:
+        """Fetch tool schemas without blocking the event loop; a tool server that is restarting gets a few
+        tries with backoff (the agent loop turns a final failure into an error trajectory)."""
+        warm = getattr(self.loop.tools, "aschemas", None)
+        if warm is None:
+            return
+        for i in range(attempts):
+            try:
+                await warm(task)
+                return
+            except Exception:
+                if i == attempts - 1:
+                    raise
+                await asyncio.sleep(0.5 * 2**i)
 
     def stats(self) -> dict[str, Any]:
         get = getattr(self.engine, "stats", None)

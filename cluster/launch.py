@@ -73,8 +73,17 @@ def start_tool_servers(cfg: ExperimentConfig) -> dict[str, Any]:
     from actors.tool_server import make_tool_servers
 
     handles, _ledger = make_tool_servers(zoo_dict(cfg))
-    ray.get([h.ready.remote() for h in handles.values()])
+    wait_ready(cfg, [h.ready.remote() for h in handles.values()], "tool servers")
     return handles
+
+
+def wait_ready(cfg: ExperimentConfig, refs: list[Any], what: str) -> list[Any]:
+    """Wait for actors to come up; a placement that never happens becomes an error naming what is free."""
+    try:
+        return ray.get(refs, timeout=cfg.cluster.start_timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise RuntimeError(f"{what} did not start within cluster.start_timeout_s={cfg.cluster.start_timeout_s:g}s; "
+                           f"free resources: {ray.available_resources()}") from None
 
 
 def start_reward_actor(cfg: ExperimentConfig) -> Any:
@@ -87,7 +96,20 @@ def start_reward_actor(cfg: ExperimentConfig) -> Any:
                       cost_scale=r.cost_scale, latency_scale=r.latency_scale,
                       orchestrator_price_in=cfg.model.price_in_per_mtok,
                       orchestrator_price_out=cfg.model.price_out_per_mtok, group_deadline_s=r.group_deadline_s,
-                      failure_reward=r.failure_reward, count_generation_latency=r.count_generation_latency)
+                      failure_reward=r.failure_reward, count_generation_latency=r.count_generation_latency,
+                      **judge_kwargs(cfg))
+
+
+def judge_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The `llm` judge's endpoint: the expert named by reward.judge_expert (its key stays an env-var name)."""
+    name = cfg.reward.judge_expert
+    if not name:
+        return {}
+    if name not in cfg.zoo.experts:
+        raise ValueError(f"reward.judge_expert: {name!r} is not an expert of zoo {cfg.zoo.name!r}")
+    e = cfg.zoo.experts[name]
+    return {"judge_base_url": e.base_url, "judge_model": e.model or name, "judge_api_key_env": e.api_key_env,
+            "judge_timeout_s": e.timeout_s}
 
 
 class LearnerProcess:
@@ -152,5 +174,5 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
             engine_kwargs={"max_batch_size": e.max_batch_size, "batch_wait_ms": e.batch_wait_ms},
             agent_kwargs=agent_kwargs(cfg), prompter_kwargs=prompter_kwargs(cfg), tool_handles=tool_handles,
             tool_timeout_s=cfg.zoo.server.timeout_s, reward_actor=reward))
-    ray.get([w.ready.remote() for w in workers])
+    wait_ready(cfg, [w.ready.remote() for w in workers], "rollout workers")
     return workers

@@ -69,10 +69,15 @@ class AgentLoop:
                   budget_turns: int | None = None, on_step: Any = None) -> Trajectory:
         """Run one episode. Per-call budget arguments override the loop's defaults (Serve requests).
         `on_step(kind, payload)` (optional, sync) is told about each tool call, observation and answer."""
-        ep = _Episode(self, task, sampling, uid or task.id, episode_id or uuid.uuid4().hex[:12], policy_version,
-                      budget_usd if budget_usd is not None else self.budget_usd,
-                      budget_seconds if budget_seconds is not None else self.budget_seconds,
-                      budget_turns if budget_turns is not None else self.budget_turns, on_step)
+        uid, episode_id = uid or task.id, episode_id or uuid.uuid4().hex[:12]
+        try:  # building the episode fetches tool schemas, which can fail (a tool server restarting)
+            ep = _Episode(self, task, sampling, uid, episode_id, policy_version,
+                          budget_usd if budget_usd is not None else self.budget_usd,
+                          budget_seconds if budget_seconds is not None else self.budget_seconds,
+                          budget_turns if budget_turns is not None else self.budget_turns, on_step)
+        except Exception as e:
+            return Trajectory(task_id=task.id, uid=uid, episode_id=episode_id, context_mode=self.context_mode,
+                              termination="error", error=f"tool catalogue unavailable: {type(e).__name__}: {e}")
         try:
             await ep.play()
         except Exception as e:  # an engine or template failure ends this episode only

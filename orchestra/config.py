@@ -58,7 +58,7 @@ class ModelConfig:
 
 @dataclass
 class EngineConfig:
-    kind: str = "hf"  # hf | vllm
+    kind: str = "hf"  # hf | vllm | package.module:factory (a custom engine, e.g. scripted for benchmarks)
     max_batch_size: int = 64
     batch_wait_ms: float = 2.0  # how long the HF engine waits to coalesce concurrent requests
     max_model_len: int = 4096
@@ -251,6 +251,7 @@ class ClusterConfig:
     learner_gpus: float = 0.0
     reward_cpus: float = 0.05
     max_restarts: int = 3
+    start_timeout_s: float = 600.0  # actors not placed by then: a clear error, not an endless wait
 
 
 @dataclass
@@ -400,7 +401,8 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be reprompt or transcript, got {cfg.agent.context_mode!r}")
     need(cfg.agent.answer_mode in ("tool", "text"), "agent.answer_mode", "must be tool or text")
     need(cfg.agent.max_turns >= 1, "agent.max_turns", "must be >= 1")
-    need(cfg.engine.kind in ("hf", "vllm"), "engine.kind", f"must be hf or vllm, got {cfg.engine.kind!r}")
+    need(cfg.engine.kind in ("hf", "vllm") or ":" in cfg.engine.kind, "engine.kind",
+         f"must be hf, vllm or package.module:factory, got {cfg.engine.kind!r}")
     need(cfg.reward.rubric in ("toolorchestra", "scalar"), "reward.rubric",
          f"must be toolorchestra or scalar, got {cfg.reward.rubric!r}")
     need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")

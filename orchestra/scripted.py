@@ -64,3 +64,36 @@ class RouterEngine:
 def script_engine(tokenizer: Any, script: list[str], eos_token_id: int) -> RouterEngine:
     """One episode's engine replaying `script` (its last entry repeats if the episode runs longer)."""
     return RouterEngine(tokenizer, lambda turn, _prompt: script[min(turn, len(script) - 1)], eos_token_id)
+
+
+# What a finished step leaves in a reprompt-mode prompt (orchestra.prompt.Prompter.reprompt_user): its section,
+# or, when the call failed, the agent loop's "Previous attempts" note `name(tier) -> ...`.
+_STEP_SECTIONS = {"search": "\n\nDocuments:\n", "enhance_reasoning": "\n\nCode outputs:\n"}
+
+
+def plan_engine(model: Any, tokenizer: Any, *, plan: list[str], eos_token_id: int | None = None) -> RouterEngine:
+    """An `engine.kind` factory (actors/rollout_worker.build_engine, `orchestra.scripted:plan_engine`) for
+    benchmarks: every episode follows `plan`, entries `tool:tier` (e.g. "search:search-3", "answer:answer-4").
+    One engine serves many concurrent episodes, so the step is read from the prompt instead of counted: the next
+    step is the first whose trace the prompt lacks. Reprompt context mode only; `model` is unused."""
+    steps = []
+    for entry in plan:
+        name, _, tier = str(entry).partition(":")
+        if not name:
+            raise ValueError(f"plan entries are 'tool:tier' or 'tool', got {entry!r}")
+        steps.append((name, tier, call_text(name, {"model": tier} if tier else {})))
+    if not steps:
+        raise ValueError("plan is empty")
+    if eos_token_id is None:
+        from orchestra.models import eos_token_ids
+
+        eos_token_id = eos_token_ids(tokenizer)[0]
+
+    def choose(_turn: int, prompt: str) -> str:
+        for name, tier, text in steps[:-1]:
+            section = _STEP_SECTIONS.get(name)
+            if not ((section and section in prompt) or f"{name}({tier or name}) ->" in prompt):
+                return text
+        return steps[-1][2]
+
+    return RouterEngine(tokenizer, choose, eos_token_id)

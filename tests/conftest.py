@@ -34,7 +34,8 @@ def ray_cluster():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=8, object_store_memory=256 * 1024**2, include_dashboard=False,
+        ray.init(num_cpus=64,  # logical CPUs: tests keep many small actors alive at once
+                 object_store_memory=256 * 1024**2, include_dashboard=False,
                  namespace="orchestra-tests", log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()

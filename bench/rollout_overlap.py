@@ -1,0 +1,173 @@
+"""Benchmark: how well tool latency overlaps across concurrent episodes -> RESULT rollout_overlap, speedup_vs_concurrency2.
+
+Everything runs through the real distributed path: RolloutWorker actors (actors/rollout_worker.py) run the
+shared agent loop (reprompt mode) and call the zoo's tools on ToolServer actors (actors/tool_server.py) through
+RayToolClient. The policy is a SCRIPTED engine (orchestra.scripted:plan_engine; the tiny policy is loaded only
+for its tokenizer), so generation costs next to nothing and the figure measures overlap, not CPU speed. Every
+episode makes the same three calls: search(search-3) -> enhance_reasoning(reasoner-3) -> answer(answer-4).
+The experts are the SIMULATED sim zoo with `zoo.sleep=true` and every expert's `latency_s` set to `--latency`
+(0.2 s; the sim expert adds its own deterministic +-25 % jitter per call). The backends are real: search runs
+the FAISS retriever (all-MiniLM-L6-v2, CPU) over the template task set's corpus, enhance_reasoning runs the
+expert's code in the Python sandbox (a real subprocess per call) -- so their CPU work is in the figure too.
+
+Measured in one run, side by side, on `--episodes` template tasks (64):
+  1. the full batch at once, tool servers with max_concurrency >= the batch (`--repeats` times; median wall);
+  2. single episodes run alone, one at a time: the `--singles` episodes with the longest tool service time in
+     the batch (the sim latencies are deterministic per task, so those are the slowest episodes); the longest
+     single wall is the denominator (a few fixed episodes could miss the slowest one and flatter the ratio);
+  3. the same batch against a second set of tool servers (name suffix "-c2") with max_concurrency = 2
+     (ToolOrchestra's setting), their own rollout workers.
+Walls are driver-side (the rollout actor call, round trip included), the same way for all three.
+RESULT rollout_overlap = median batch wall / longest single wall (goal <= 1.25);
+RESULT speedup_vs_concurrency2 = wall at concurrency 2 / median batch wall (goal >= 10).
+Usage: .venv/bin/python bench/rollout_overlap.py [--episodes 64] [--workers 2] [--singles 8] [--repeats 3]
+       [--latency 0.2] [--low-concurrency 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PLAN = ["search:search-3", "enhance_reasoning:reasoner-3", "answer:answer-4"]
+SAMPLING = {"max_tokens": 96, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+
+
+def build_config(corpus_path: str, latency_s: float, concurrency: int) -> Any:
+    from orchestra.config import load_config
+
+    base = load_config(["zoo=sim"])
+    overrides = ["zoo=sim", "zoo.sleep=true", f"zoo.retriever.corpus={corpus_path}",
+                 f"zoo.server.max_concurrency={concurrency}", "agent.context_mode=reprompt"]
+    overrides += [f"zoo.experts[{name}].latency_s={latency_s}" for name in base.zoo.experts]
+    return load_config(overrides)
+
+
+def start_set(cfg: Any, suffix: str, n_workers: int) -> tuple[dict[str, Any], list[Any]]:
+    """Tool servers (one per tool) and rollout workers bound to them; waits until all are ready."""
+    import ray
+
+    from actors.rollout_worker import RolloutWorker
+    from actors.tool_server import make_tool_servers
+    from cluster.launch import agent_kwargs, model_kwargs, prompter_kwargs, zoo_dict
+
+    handles, _ledger = make_tool_servers(zoo_dict(cfg), name_suffix=suffix)
+    workers = []
+    for i in range(n_workers):
+        cls = ray.remote(RolloutWorker).options(name=f"overlap-worker-{i}{suffix}", num_cpus=0.5,
+                                                max_concurrency=1000, max_restarts=0)
+        workers.append(cls.remote(
+            worker_id=i, model_name="tiny", model_kwargs=model_kwargs(cfg), engine_kind="orchestra.scripted:plan_engine",
+            engine_kwargs={"plan": PLAN}, agent_kwargs=agent_kwargs(cfg), prompter_kwargs=prompter_kwargs(cfg),
+            tool_handles=handles, tool_timeout_s=cfg.zoo.server.timeout_s))
+    ray.get([h.ready.remote() for h in handles.values()] + [w.ready.remote() for w in workers], timeout=300)
+    return handles, workers
+
+
+def run_batch(workers: list[Any], requests: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]]:
+    """All requests at once, dealt round-robin over the workers; (driver wall seconds, results)."""
+    import ray
+
+    chunks = [requests[i::len(workers)] for i in range(len(workers))]
+    start = time.perf_counter()
+    refs = [w.rollout.remote(c, SAMPLING, score=False) for w, c in zip(workers, chunks, strict=True) if c]
+    results = [r for part in ray.get(refs, timeout=600) for r in part]
+    return time.perf_counter() - start, results
+
+
+def check(results: list[dict[str, Any]], label: str) -> dict[str, float]:
+    """Every episode should answer after exactly the plan's calls, error-free; say so loudly if not."""
+    from actors.rollout_worker import trajectory
+
+    trajs = [trajectory(r) for r in results]
+    bad = [t for t in trajs if t.termination != "answered" or len(t.tool_records) != len(PLAN)
+           or any(not rec.result.ok for rec in t.tool_records)]
+    for t in bad[:3]:
+        errors = [rec.result.error for rec in t.tool_records if not rec.result.ok]
+        print(f"WARNING {label}: episode {t.task_id} ended {t.termination} after {len(t.tool_records)} calls, "
+              f"errors {errors} {t.error or ''}")
+    queue = [float(rec.result.meta.get("queue_s", 0.0)) for t in trajs for rec in t.tool_records]
+    service = [t.latency_s for t in trajs]
+    return {"bad": len(bad), "queue_mean_s": statistics.fmean(queue) if queue else 0.0,
+            "service_max_s": max(service, default=0.0), "service_mean_s": statistics.fmean(service) if service else 0.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--singles", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--low-concurrency", type=int, default=2)
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import ray
+
+    from actors.rollout_worker import trajectory
+    from orchestra.synth.template import generate_tasks
+    from orchestra.tasks import save_corpus
+
+    with tempfile.TemporaryDirectory(prefix="rollout-overlap-") as tmp:
+        full_cfg = build_config(str(Path(tmp) / "corpus.jsonl"), args.latency, max(args.episodes * 2, 64))
+        task_set = generate_tasks(args.episodes, 0, None, "train", mapping=dict(full_cfg.zoo.tiers))
+        save_corpus(task_set.corpus, Path(tmp) / "corpus.jsonl")
+        requests = [{"task": t.to_dict(), "uid": f"overlap-{i}", "group_size": 1} for i, t in enumerate(task_set.tasks)]
+        low_cfg = build_config(str(Path(tmp) / "corpus.jsonl"), args.latency, args.low_concurrency)
+
+        ray.init(num_cpus=4, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+        try:
+            t0 = time.perf_counter()
+            _, workers = start_set(full_cfg, "", args.workers)
+            print(f"INFO started {args.workers} rollout workers + {len(full_cfg.zoo.tools)} tool servers "
+                  f"(max_concurrency {full_cfg.zoo.server.max_concurrency}) in {time.perf_counter() - t0:.1f} s")
+            run_batch(workers, requests[: len(workers)])  # warm-up: schemas, sandbox probe, first-call paths
+            walls, batch = [], []
+            for _ in range(max(args.repeats, 1)):
+                wall, batch = run_batch(workers, requests)
+                walls.append(wall)
+            full = check(batch, "full concurrency")
+            batch_wall = statistics.median(walls)
+            # the slowest episodes by tool service time (deterministic sim latencies), each run alone
+            by_service = sorted(batch, key=lambda r: -trajectory(r).latency_s)
+            chosen = {r["uid"] for r in by_service[: max(args.singles, 1)]}
+            singles = []
+            for req in requests:
+                if req["uid"] in chosen:
+                    wall, res = run_batch(workers[:1], [req])
+                    singles.append((wall, res[0]))
+            single_wall = max(w for w, _ in singles)
+            alone = check([r for _, r in singles], "single")
+            for w in workers:
+                ray.kill(w)
+
+            t0 = time.perf_counter()
+            _, low_workers = start_set(low_cfg, "-c2", args.workers)
+            print(f"INFO started the concurrency-{args.low_concurrency} set in {time.perf_counter() - t0:.1f} s")
+            run_batch(low_workers, requests[: len(low_workers)])
+            low_wall, low_batch = run_batch(low_workers, requests)
+            low = check(low_batch, f"concurrency {args.low_concurrency}")
+        finally:
+            ray.shutdown()
+
+    print(f"INFO {args.episodes} episodes x {len(PLAN)} calls, expert latency {args.latency} s (+-25 % jitter)")
+    print(f"INFO full concurrency: batch walls {', '.join(f'{w:.3f}' for w in walls)} s (median {batch_wall:.3f}); "
+          f"tool service per episode mean {full['service_mean_s']:.3f} s, max {full['service_max_s']:.3f} s; "
+          f"mean queue per call {full['queue_mean_s'] * 1e3:.1f} ms; bad episodes {full['bad']:g}")
+    print(f"INFO alone: {len(singles)} slowest episodes, walls {', '.join(f'{w:.3f}' for w, _ in singles)} s "
+          f"(max {single_wall:.3f}); tool service max {alone['service_max_s']:.3f} s; bad episodes {alone['bad']:g}")
+    print(f"INFO concurrency {args.low_concurrency}: batch wall {low_wall:.3f} s; mean queue per call "
+          f"{low['queue_mean_s']:.3f} s; bad episodes {low['bad']:g}")
+    print(f"RESULT rollout_overlap={batch_wall / single_wall:.3f}")
+    print(f"RESULT speedup_vs_concurrency2={low_wall / batch_wall:.2f}")
+
+
+if __name__ == "__main__":
+    main()
