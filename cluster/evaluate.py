@@ -5,7 +5,8 @@ pareto.png / tool_mix.png plus episodes.jsonl (resumable: rerun the same command
 Own keys (everything else is a config override, e.g. experiment=mmlu_pro_replay or agent.max_turns=3):
   checkpoint  run dir (newest good checkpoint), checkpoint dir, or HF model dir; empty: no orchestrator
   base        true: also the untrained base policy (model.name, seeded) as a baseline
-  dataset     template | Task file | loader:<name>:<path>   (default: data.source); held-out split
+  dataset     template | Task file | loader:<name>:<path> | tau2:<domain>[:<version>[:<tasks.json>]]
+              (default: data.source); held-out split. τ²: see `run_tau2` (seeds are trials: pass^1..pass^k)
   n           number of tasks (default eval.n_tasks)
   preference  a preset name, `all` (every preset; the orchestrator runs under each), or weights a=1,cost=.5
   seeds       k seeds (0..k-1; sim experts and sampling vary with the seed)
@@ -89,6 +90,29 @@ def ray_clients(cfg: Any, corpus: list, seeds: list[int], tasks: list) -> dict[i
     return clients
 
 
+def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
+    """HF engines of the learned policies asked for: `orchestrator` (checkpoint=) and `base` (base=true)."""
+    engines: dict[str, Any] = {}
+    if not (own.get("checkpoint") or own.get("base", "false").lower() == "true"):
+        return engines
+    from transformers import AutoModelForCausalLM
+
+    from orchestra.engine import HFEngine
+    from orchestra.models import load_policy, resolve_device
+
+    m = cfg.model
+
+    def engine(model):
+        return HFEngine.from_model(model.to(resolve_device(m.device)).eval(), tok,
+                                   max_batch_size=cfg.engine.max_batch_size, batch_wait_ms=cfg.engine.batch_wait_ms)
+    if own.get("checkpoint"):
+        engines["orchestrator"] = engine(AutoModelForCausalLM.from_pretrained(resolve_checkpoint(own["checkpoint"])))
+    if own.get("base", "false").lower() == "true":
+        engines["base"] = engine(load_policy(m.name, tiny=m.tiny, dtype=m.dtype, device="cpu", cache_dir=m.cache_dir,
+                                             chat_template=m.chat_template, seed=cfg.seed)[0])
+    return engines
+
+
 def build(cfg: Any, own: dict[str, str]):
     """Everything the Evaluator needs: (evaluator, tasks, policies, preferences, seeds)."""
     from orchestra.evaluate import BASELINES, Evaluator, tier_costs
@@ -113,24 +137,11 @@ def build(cfg: Any, own: dict[str, str]):
     replay = any(e.kind == "replay" for e in z.experts.values())
     default = [b for b in BASELINES if b != "oracle" or replay]
     policies = [b for b in own.get("baselines", ",".join(default)).split(",") if b]
-    engines = {}
-    if own.get("checkpoint") or own.get("base", "false").lower() == "true":
-        from transformers import AutoModelForCausalLM
-
-        from orchestra.engine import HFEngine
-        from orchestra.models import load_policy, resolve_device
-
-        def engine(model):
-            return HFEngine.from_model(model.to(resolve_device(m.device)).eval(), tok,
-                                       max_batch_size=cfg.engine.max_batch_size, batch_wait_ms=cfg.engine.batch_wait_ms)
-        if own.get("checkpoint"):
-            engines["orchestrator"] = engine(AutoModelForCausalLM.from_pretrained(resolve_checkpoint(own["checkpoint"])))
-            policies.insert(0, "orchestrator")
-        if own.get("base", "false").lower() == "true":
-            engines["base"] = engine(load_policy(m.name, tiny=m.tiny, dtype=m.dtype, device="cpu",
-                                                 cache_dir=m.cache_dir, chat_template=m.chat_template,
-                                                 seed=cfg.seed)[0])
-            policies.append("base")
+    engines = policy_engines(cfg, own, tok)
+    if "orchestrator" in engines:
+        policies.insert(0, "orchestrator")
+    if "base" in engines:
+        policies.append("base")
     spec = own.get("preference", cfg.eval.preference)
     prefs = dict(PRESETS) if spec == "all" else {spec: parse_preference(spec)}
     if spec == "all":  # the first entry is the one fixed routers run under
@@ -154,6 +165,92 @@ def build(cfg: Any, own: dict[str, str]):
     return ev, tasks, policies, prefs, seeds, out
 
 
+# ---------------------------------------------------------------- τ²-bench
+TAU2_BASELINES = ("strongest", "cheapest")
+
+
+def tau2_spec(cfg: Any, dataset: str) -> dict[str, Any]:
+    """load_tasks kwargs from `tau2:<domain>[:<version>[:<path>]]`; what the spec omits comes from cfg.tau2."""
+    from orchestra.tau2.evaluation import parse_dataset
+
+    dataset = f"tau2:{cfg.tau2.domain}" if dataset == "tau2" else dataset
+    spec = parse_dataset(dataset)
+    if len(dataset.split(":")) < 3 or not dataset.split(":")[2]:
+        spec["version"] = cfg.tau2.task_version
+    if "path" not in spec and cfg.tau2.tasks_path:
+        spec["path"] = cfg.tau2.tasks_path
+    return spec
+
+
+def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, Any]:
+    """`dataset=tau2:*`: every policy plays every task `seeds` times (trials) against tau2's user simulator
+    (cfg.tau2, in-process); the official evaluator scores each episode. Policies: the orchestrator
+    (checkpoint=) and base (base=true) as real engines; baselines `strongest` / `cheapest` hand every turn to
+    call_expert with the priciest / cheapest tier (the always-one-expert routers of the paper's τ² table).
+    Writes episodes.jsonl and report.json / report.md (pass^1..pass^k, reward, $ and tool latency per policy)."""
+    import json
+    from dataclasses import asdict
+
+    from rich.console import Console
+
+    from actors.rollout_worker import tau2_driver_kwargs, tau2_experts, tau2_user
+    from orchestra.engine import Sampling
+    from orchestra.evaluate import tier_costs
+    from orchestra.models import eos_token_ids, load_tokenizer
+    from orchestra.preferences import parse_preference
+    from orchestra.prompt import Prompter
+    from orchestra.scripted import call_text, script_engine
+    from orchestra.tau2.domain import load_tasks
+    from orchestra.tau2.evaluation import driver_factory, run_tau2_eval, summarize_tau2
+
+    m, a, tau2 = cfg.model, cfg.agent, asdict(cfg.tau2)
+    spec = tau2_spec(cfg, own.get("dataset") or cfg.data.source)
+    pref = parse_preference(own.get("preference", cfg.eval.preference))
+    tasks = load_tasks(**spec, limit=int(own.get("n", cfg.eval.n_tasks)), pref=pref)
+    trials = int(own.get("seeds", cfg.eval.seeds))
+    tok = load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+    prompter = Prompter(tok, a.system_prompt, a.doc_chars, a.code_chars, a.attempt_chars, a.max_observation_chars)
+    eos = eos_token_ids(tok)
+    experts, tiers = tau2_experts(tau2, asdict(cfg.zoo))
+    engines = {name: (lambda trial, e=e: e) for name, e in policy_engines(cfg, own, tok).items()}
+    baselines = [b for b in own.get("baselines", ",".join(TAU2_BASELINES)).split(",") if b]
+    for b in baselines:
+        if b not in TAU2_BASELINES:
+            raise SystemExit(f"τ² baselines are {TAU2_BASELINES}, got {b!r}")
+        if not tiers:
+            raise SystemExit("τ² baselines call experts: set tau2.call_expert=true and zoo.tiers / zoo.experts")
+        ranked = sorted(tiers, key=lambda t: (tier_costs(cfg.zoo, tiers).get(t, float("inf")), t))
+        text = call_text("call_expert", {"expert": ranked[-1] if b == "strongest" else ranked[0]})
+        engines[b] = lambda trial, text=text: script_engine(tok, [text], eos[0])
+    if not engines:
+        raise SystemExit("nothing to evaluate: give checkpoint=, base=true or baselines=")
+    user = tau2_user(tau2)
+    agent = {"max_turns": a.max_turns, "max_calls_per_turn": a.max_calls_per_turn,
+             "max_context_tokens": a.max_context_tokens, "budget_usd": a.budget.usd, "budget_seconds": a.budget.seconds}
+    driver_kw = tau2_driver_kwargs(tau2, agent, eos)
+    sampling = Sampling(max_tokens=cfg.sampling.max_tokens, temperature=cfg.eval.temperature, top_p=cfg.sampling.top_p,
+                        top_k=cfg.sampling.top_k)
+    records: list[dict[str, Any]] = []
+    for name, engine_for in engines.items():  # one policy at a time: episode ids repeat across policies
+        make = driver_factory(spec["domain"], engine_for, prompter, user, experts=experts, tiers=tiers, **driver_kw)
+        records += asyncio.run(run_tau2_eval(make, tasks, trials, sampling, concurrency=cfg.tau2.concurrency,
+                                             policy=name))
+    ks = tuple(range(1, trials + 1))
+    summary = {p: summarize_tau2([r for r in records if r["policy"] == p], ks) for p in engines}
+    out = Path(own.get("out") or Path(cfg.run_dir) / "eval")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = {"dataset": spec, "trials": trials, "n_tasks": len(tasks), "overrides": overrides, "policies": summary}
+    (out / "report.json").write_text(json.dumps(report, indent=2))
+    cols = [f"pass^{k}" for k in ks] + ["mean_reward", "mean_cost_usd", "mean_latency_s"]
+    lines = ["| policy | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    lines += [f"| {p} | " + " | ".join(f"{s.get(c, float('nan')):.4g}" for c in cols) + " |" for p, s in summary.items()]
+    (out / "report.md").write_text(f"# τ²-bench {spec['domain']} ({spec['version']}), {len(tasks)} tasks x "
+                                   f"{trials} trials\n\n" + "\n".join(lines) + "\n")
+    Console().print((out / "report.md").read_text())
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import Progress
@@ -163,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
 
     own, overrides = split_args(list(sys.argv[1:] if argv is None else argv))
     cfg = load_config(overrides)
+    if (own.get("dataset") or cfg.data.source).split(":")[0] == "tau2":
+        run_tau2(cfg, own, overrides)
+        return 0
     ev, tasks, policies, prefs, seeds, out = build(cfg, own)
     out.mkdir(parents=True, exist_ok=True)
     console = Console()

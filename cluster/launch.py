@@ -140,6 +140,9 @@ class LearnerProcess:
     def get_weights(self) -> tuple[int, dict[str, Any]]:
         return self.learner.get_weights()
 
+    def version(self) -> int:
+        return self.learner.version
+
     def reset_reference(self) -> None:
         """Make the frozen reference the current policy (after SFT, so KL anchors RL to the warm start)."""
         ref = self.learner.ref_model
@@ -173,6 +176,8 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
             worker_id=i, model_name=cfg.model.name, model_kwargs=model_kwargs(cfg), engine_kind=e.kind,
             engine_kwargs={"max_batch_size": e.max_batch_size, "batch_wait_ms": e.batch_wait_ms},
             agent_kwargs=agent_kwargs(cfg), prompter_kwargs=prompter_kwargs(cfg), tool_handles=tool_handles,
-            tool_timeout_s=cfg.zoo.server.timeout_s, reward_actor=reward))
+            tool_timeout_s=cfg.zoo.server.timeout_s, reward_actor=reward,
+            # τ² tasks run their own in-process tools (call_expert over the zoo's experts) and user simulator
+            zoo=zoo_dict(cfg), tau2=asdict(cfg.tau2)))
     wait_ready(cfg, [w.ready.remote() for w in workers], "rollout workers")
     return workers

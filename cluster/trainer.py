@@ -117,19 +117,40 @@ class Trainer:
         return results
 
     def _failed(self, shard: list[dict[str, Any]], reason: str, eval_mode: bool) -> list[dict[str, Any]]:
-        out = []
-        for r in shard:
-            traj = Trajectory(task_id=r["task"]["id"], uid=r["uid"], termination="error", error=reason).to_dict()
-            item = {"traj": traj, "task_id": r["task"]["id"], "uid": r["uid"]}
-            if not eval_mode:
-                item["scored"] = ray.get(self.reward.submit.remote(traj, r["task"], r["group_size"]))
-            out.append(item)
+        out = [{"traj": Trajectory(task_id=r["task"]["id"], uid=r["uid"], termination="error", error=reason).to_dict(),
+                "task_id": r["task"]["id"], "uid": r["uid"]} for r in shard]
+        if not eval_mode:  # submit every member before waiting: a group is answered only once it is complete
+            refs = [self.reward.submit.remote(o["traj"], r["task"], r["group_size"]) for o, r in zip(out, shard)]
+            for o, scored in zip(out, ray.get(refs)):
+                o["scored"] = scored
         return out
 
-    def sync_weights(self) -> int:
-        weights = self.learner.get_weights.remote()  # (version, state_dict): one object, read by every worker
-        versions = ray.get([w.load_weights_packed.remote(weights) for w in self.workers])
-        return versions[0]
+    def sync_weights(self, only_stale: bool = False) -> int:
+        """Push the learner's weights to the workers (one object-store object read by all). A worker that is
+        restarting is waited for; with `only_stale`, only workers behind the learner's version are updated
+        (a restarted worker comes back with its initial weights)."""
+        weights = self.learner.get_weights.remote()  # (version, state_dict)
+        workers = self.workers
+        if only_stale:
+            current = self._call_all([w.ready_version.remote for w in workers])
+            target = ray.get(self.learner.version.remote())
+            workers = [w for w, v in zip(workers, current) if v != target]
+            if not workers:
+                return target
+        versions = self._call_all([lambda w=w: w.load_weights_packed.remote(weights) for w in workers])
+        self.version = versions[0]
+        return self.version
+
+    def _call_all(self, calls: list[Any]) -> list[Any]:
+        """ray.get of one call per actor, retrying actors that are restarting (until cluster.start_timeout_s)."""
+        deadline = time.monotonic() + self.cfg.cluster.start_timeout_s
+        while True:
+            try:
+                return ray.get([call() for call in calls])
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, tag: str) -> dict[str, float]:
@@ -184,6 +205,7 @@ class Trainer:
             requests = [{"task": t.to_dict(), "uid": f"s{step}-{i}-{t.id}", "group_size": g}
                         for i, t in enumerate(tasks) for _ in range(g)]
         with ph("rollout"):
+            self.sync_weights(only_stale=True)  # a worker restarted since the last sync gets the current policy
             results = self.rollout(requests)
         with ph("advantages"):
             samples, scored = self._samples(results)

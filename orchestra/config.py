@@ -268,6 +268,30 @@ class CheckpointConfig:
 
 
 @dataclass
+class Tau2Config:
+    """τ²-bench episodes (orchestra/tau2/): the simulated user, the optional NL-assertion judge, driver limits.
+    Used for tasks whose data_source starts with `tau2/` (training) and `dataset=tau2:*` (evaluation).
+    Keys are read from the environment variables named here; a key itself never enters config or logs."""
+
+    domain: str = "airline"  # airline | retail | mock (for `dataset=tau2` without a domain)
+    task_version: str = "v0.2.0"  # v0.2.0 (the wheel's tasks) | current (needs tasks_path)
+    tasks_path: str = ""  # a τ² tasks.json overriding the wheel's file
+    user_model: str = ""  # litellm name, e.g. openai/<name> with user_api_base; empty: no τ² episodes
+    user_api_base: str = ""
+    user_api_key_env: str = ""
+    user_temperature: float = 0.0
+    user_timeout_s: float = 60.0
+    user_num_retries: int = 2
+    nl_judge_model: str = ""  # e.g. openai/<name>; empty: NL assertions are skipped (and say so)
+    nl_judge_base: str = ""
+    nl_judge_key_env: str = ""
+    max_errors: int = 10  # tool errors before the episode ends (tau2 scores it 0)
+    call_expert: bool = True  # replace transfer_to_human_agents by call_expert over the zoo's tiers
+    expert_max_tokens: int = 1024
+    concurrency: int = 4  # evaluation: episodes in flight
+
+
+@dataclass
 class VerlConfig:
     nnodes: int = 1
     gpus_per_node: int = 8
@@ -300,6 +324,7 @@ class ExperimentConfig:
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     verl: VerlConfig = field(default_factory=VerlConfig)
+    tau2: Tau2Config = field(default_factory=Tau2Config)
 
 
 # ---------------------------------------------------------------- loading
@@ -407,6 +432,9 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be toolorchestra or scalar, got {cfg.reward.rubric!r}")
     need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")
     need(cfg.cluster.num_rollout_workers >= 1, "cluster.num_rollout_workers", "must be >= 1")
+    need(cfg.tau2.max_errors >= 1, "tau2.max_errors", "must be >= 1")
+    need(cfg.tau2.task_version in ("v0.2.0", "current"), "tau2.task_version",
+         f"must be v0.2.0 or current, got {cfg.tau2.task_version!r}")
     for tier, expert in cfg.zoo.tiers.items():
         need(expert in cfg.zoo.experts, f"zoo.tiers.{tier}", f"names unknown expert {expert!r}")
 

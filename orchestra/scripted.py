@@ -71,6 +71,27 @@ def script_engine(tokenizer: Any, script: list[str], eos_token_id: int) -> Route
 _STEP_SECTIONS = {"search": "\n\nDocuments:\n", "enhance_reasoning": "\n\nCode outputs:\n"}
 
 
+class _PlanCodec:
+    """The tokenizer as a plan engine uses it: a scripted engine re-reads whole prompts, and HF's `decode`
+    first walks every id in Python, which was most of the engine's cost; the fast tokenizer's backend decodes
+    the same ids directly. The few fixed replies are encoded once."""
+
+    def __init__(self, tokenizer: Any):
+        self.tok = tokenizer
+        self.backend = getattr(tokenizer, "backend_tokenizer", None)
+        self.replies: dict[str, list[int]] = {}
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        if self.backend is not None:
+            return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return self.tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if text not in self.replies:
+            self.replies[text] = list(self.tok.encode(text, add_special_tokens=add_special_tokens))
+        return self.replies[text]
+
+
 def plan_engine(model: Any, tokenizer: Any, *, plan: list[str], eos_token_id: int | None = None) -> RouterEngine:
     """An `engine.kind` factory (actors/rollout_worker.build_engine, `orchestra.scripted:plan_engine`) for
     benchmarks: every episode follows `plan`, entries `tool:tier` (e.g. "search:search-3", "answer:answer-4").
@@ -96,4 +117,4 @@ def plan_engine(model: Any, tokenizer: Any, *, plan: list[str], eos_token_id: in
                 return text
         return steps[-1][2]
 
-    return RouterEngine(tokenizer, choose, eos_token_id)
+    return RouterEngine(_PlanCodec(tokenizer), choose, eos_token_id)

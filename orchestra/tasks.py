@@ -163,7 +163,12 @@ def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None
         held = generate_tasks(data_cfg.n_heldout, data_cfg.seed, families, "heldout", mapping=tiers)
         corpus = {p["id"]: p for p in train.corpus + held.corpus}
         return train.tasks, held.tasks, list(corpus.values())
-    if source.startswith("loader:"):
+    if source.startswith("tau2:"):  # τ²-bench domains (the `tau2` extra); the domain DB is the "corpus"
+        from orchestra.tau2.domain import load_tasks as load_tau2
+        from orchestra.tau2.evaluation import parse_dataset
+
+        tasks, corpus = load_tau2(**parse_dataset(source)), []
+    elif source.startswith("loader:"):
         from orchestra.loaders import load
 
         _, name, path = (source.split(":", 2) + [""])[:3]

@@ -5,6 +5,8 @@ advantages — one `Scored` record per episode holding every number it was built
 call. Episodes that ended in `error` (an engine failure, or unaccountable cost) are not judged and are left
 out of the rubric's min-max statistics (a crashed episode's near-zero cost would stretch everyone else's
 scale); they get `failure_reward` and take part in the advantage baseline like any member.
+τ²-bench tasks (data_source `tau2/*`) have no gold answer: their verdict is the official evaluator's, run by
+the episode driver and carried on the trajectory (orchestra/tau2/reward.judgement_of).
 Per episode the breakdown is logged at DEBUG, per group a summary at INFO (logger "orchestra.reward").
 
 Left to others: the group barrier and deadlines (the actor), what to do with the advantages (the learner).
@@ -64,6 +66,10 @@ def failure_scored(traj: Trajectory | None, uid: str, task_id: str, reward: floa
 
 
 async def _judge_one(traj: Trajectory, task: Task, judges: dict[str, str], **kw: Any) -> Judgement:
+    if task.data_source.startswith("tau2/"):  # no gold string: the official τ² evaluator's verdict rides on traj
+        from orchestra.tau2.reward import judgement_of
+
+        return judgement_of(traj)
     gold = [task.answer] + [str(a) for a in task.meta.get("answer_aliases", [])]
     return await judge(judge_for(task.data_source, judges), traj.answer, gold, task.problem, **kw)
 

@@ -57,14 +57,14 @@ def test_schemas_show_task_tiers_with_prices_and_latency(tools, zoo):
     enum = schema["function"]["parameters"]["properties"]["model"]["enum"]
     assert enum == ["search-1", "search-2", "search-3"]
     desc = schema["function"]["description"]
-    assert "search-1: $1.25 in / $10 out per M tokens, ~9s" in desc  # gpt-5's genai-prices price
+    assert "search-1 $1.25/$10 ~9s" in desc  # gpt-5's genai-prices price ($/M tokens in/out) and latency
     assert tools["answer"].schema(_task())["function"]["parameters"]["properties"]["model"]["enum"] == [
         "answer-1", "answer-2", "answer-3", "answer-4", "answer-math-1", "answer-math-2"]
     # a task's own mapping and price overrides change what the orchestrator sees
     custom = _task(model_mapping={"answer-1": "qwen3-32b", "answer-2": "gpt-5"},
                    pricing={"gpt-5": {"input": 2.0, "output": 20.0}})
     desc = tools["answer"].schema(custom)["function"]["description"]
-    assert "answer-1: $0.1 in / $0.3 out" in desc and "answer-2: $2 in / $20 out" in desc
+    assert "answer-1 $0.1/$0.3" in desc and "answer-2 $2/$20" in desc
     assert "answer-3" not in desc
     for tool in tools.values():
         assert check_arguments(tool.parameters, tool.example_args()) is None
