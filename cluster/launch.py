@@ -112,6 +112,15 @@ def judge_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
             "judge_timeout_s": e.timeout_s}
 
 
+def set_threads(n: int) -> None:
+    """Ray gives each worker OMP_NUM_THREADS = its num_cpus (at least 1); learner and rollout phases alternate
+    on a small machine, so each may use every core while it runs (cluster.torch_threads)."""
+    if n > 0:
+        import torch
+
+        torch.set_num_threads(n)
+
+
 class LearnerProcess:
     """The learner as an actor: builds its policy from config inside its own process (a model is never
     pickled from the driver) and takes samples as plain dicts from the object store."""
@@ -120,6 +129,7 @@ class LearnerProcess:
         from actors.learner import Learner
         from orchestra.models import load_policy_from_config
 
+        set_threads(cfg.cluster.torch_threads)
         model, tokenizer = load_policy_from_config(cfg.model, seed=cfg.seed)
         self.learner = Learner.from_config(cfg, model, tokenizer=tokenizer)
 
@@ -176,6 +186,7 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
             worker_id=i, model_name=cfg.model.name, model_kwargs=model_kwargs(cfg), engine_kind=e.kind,
             engine_kwargs={"max_batch_size": e.max_batch_size, "batch_wait_ms": e.batch_wait_ms},
             agent_kwargs=agent_kwargs(cfg), prompter_kwargs=prompter_kwargs(cfg), tool_handles=tool_handles,
+            torch_threads=cfg.cluster.torch_threads,
             tool_timeout_s=cfg.zoo.server.timeout_s, reward_actor=reward,
             # τ² tasks run their own in-process tools (call_expert over the zoo's experts) and user simulator
             zoo=zoo_dict(cfg), tau2=asdict(cfg.tau2)))

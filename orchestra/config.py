@@ -227,6 +227,7 @@ class DataConfig:
     n_train: int = 400
     n_heldout: int = 64
     families: list[str] = field(default_factory=list)  # empty: all
+    tiers: list[str] = field(default_factory=list)  # tiers offered to tasks (subset of zoo.tiers); empty: all
     seed: int = 0
 
 
@@ -252,6 +253,7 @@ class ClusterConfig:
     reward_cpus: float = 0.05
     max_restarts: int = 3
     start_timeout_s: float = 600.0  # actors not placed by then: a clear error, not an endless wait
+    torch_threads: int = 0  # threads per learner / rollout process; 0: Ray's default (its num_cpus, at least 1)
 
 
 @dataclass
@@ -437,6 +439,8 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be v0.2.0 or current, got {cfg.tau2.task_version!r}")
     for tier, expert in cfg.zoo.tiers.items():
         need(expert in cfg.zoo.experts, f"zoo.tiers.{tier}", f"names unknown expert {expert!r}")
+    for tier in cfg.data.tiers:
+        need(tier in cfg.zoo.tiers, "data.tiers", f"{tier!r} is not a tier of zoo {cfg.zoo.name!r}")
 
 
 def to_yaml(cfg: ExperimentConfig) -> str:
