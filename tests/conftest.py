@@ -12,8 +12,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# One BLAS/torch thread per process: tests run many small processes (Ray actors) on 2 cores, where
-# oversubscribed threads make small matmuls tens of times slower. Ray workers inherit this environment.
+# One BLAS/torch thread per process (torch reads this at import): tests run many small processes (Ray actors)
+# on 2 cores, where spinning OpenMP threads make the tiny model's small matmuls tens of times slower.
+# Ray workers inherit this environment.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import fakes`

@@ -17,16 +17,6 @@ from orchestra.grpo import TrainSample, collate, grpo_loss, token_logprobs
 PAD = 0
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny matmuls: with 2 intra-op threads on a loaded 2-core box, OpenMP spin-waits make each step
-    ~30x slower than with one thread. Restored after this module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def base_model():
     from transformers import Qwen3Config, Qwen3ForCausalLM

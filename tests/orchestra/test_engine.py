@@ -12,17 +12,6 @@ import torch
 from orchestra.engine import Engine, HFEngine, Sampling, _filter
 from orchestra.models import eos_token_ids, load_policy
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread for this module, restored after: on a shared 2-core box two spinning OpenMP threads
-    make the tiny model's small matmuls ~50x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 GREEDY = Sampling(max_tokens=12, temperature=0.0)
 # The untrained tiny model's greedy output repeats one token; seeded sampling gives varied, reproducible tokens.
 SEEDED = [Sampling(max_tokens=12, temperature=1.0, seed=i) for i in range(8)]

@@ -60,16 +60,6 @@ def test_bad_input_is_a_clear_error():
         grpo_loss(z, z, None, z, z + 1, clip_ratio_c=1.0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny matmuls: with 2 intra-op threads on a loaded 2-core box, OpenMP spin-waits make each step
-    ~30x slower than with one thread. Restored after this module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def model():
     return tiny_model()

@@ -18,17 +18,6 @@ from orchestra.config import TinyModelConfig
 from orchestra.engine import HFEngine, Sampling
 from orchestra.models import SPECIAL_TOKENS, TOOL_TOKENS, eos_token_ids, load_policy, load_tokenizer
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """One intra-op thread for this module, restored after: on a shared 2-core box two spinning OpenMP threads
-    make the tiny model's small matmuls ~50x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 SCHEMAS = [{"type": "function", "function": {
     "name": "answer", "description": "Give the final answer (answer-1: gpt-5, $1.25/$10 per Mtok, ~9s).",
     "parameters": {"type": "object", "properties": {"model": {"type": "string", "enum": ["answer-1", "answer-2"]}},
