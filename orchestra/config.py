@@ -227,7 +227,9 @@ class DataConfig:
     n_train: int = 400
     n_heldout: int = 64
     families: list[str] = field(default_factory=list)  # empty: all
-    tiers: list[str] = field(default_factory=list)  # tiers offered to tasks (subset of zoo.tiers); empty: all
+    # The tier -> expert mapping given to tasks (each task's model_mapping, as ToolOrchestra varies it);
+    # empty: zoo.tiers.
+    tiers: dict[str, str] = field(default_factory=dict)
     seed: int = 0
 
 
@@ -439,8 +441,8 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be v0.2.0 or current, got {cfg.tau2.task_version!r}")
     for tier, expert in cfg.zoo.tiers.items():
         need(expert in cfg.zoo.experts, f"zoo.tiers.{tier}", f"names unknown expert {expert!r}")
-    for tier in cfg.data.tiers:
-        need(tier in cfg.zoo.tiers, "data.tiers", f"{tier!r} is not a tier of zoo {cfg.zoo.name!r}")
+    for tier, expert in cfg.data.tiers.items():
+        need(expert in cfg.zoo.experts, f"data.tiers.{tier}", f"names unknown expert {expert!r}")
 
 
 def to_yaml(cfg: ExperimentConfig) -> str:
