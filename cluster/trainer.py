@@ -75,7 +75,7 @@ class Trainer:
         if all(f.is_file() for f in files):  # resume: the exact same tasks as the first run
             self.train, self.heldout, corpus = load_tasks(files[0]), load_tasks(files[1]), load_corpus(files[2])
         else:
-            tiers = dict(self.cfg.data.tiers) or dict(self.cfg.zoo.tiers)
+            tiers = dict(self.cfg.data.tiers or self.cfg.zoo.tiers)
             self.train, self.heldout, corpus = build_task_set(self.cfg.data, tiers)
             pref = preset(self.cfg.eval.preference)
             for t in self.heldout:  # held-out score is absolute: one fixed preference for every task

@@ -228,8 +228,8 @@ class DataConfig:
     n_heldout: int = 64
     families: list[str] = field(default_factory=list)  # empty: all
     # The tier -> expert mapping given to tasks (each task's model_mapping, as ToolOrchestra varies it);
-    # empty: zoo.tiers.
-    tiers: dict[str, str] = field(default_factory=dict)
+    # None (`data.tiers=null`): the zoo's own tiers.
+    tiers: dict[str, str] | None = None
     seed: int = 0
 
 
@@ -441,8 +441,9 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be v0.2.0 or current, got {cfg.tau2.task_version!r}")
     for tier, expert in cfg.zoo.tiers.items():
         need(expert in cfg.zoo.experts, f"zoo.tiers.{tier}", f"names unknown expert {expert!r}")
-    for tier, expert in cfg.data.tiers.items():
-        need(expert in cfg.zoo.experts, f"data.tiers.{tier}", f"names unknown expert {expert!r}")
+    for tier, expert in (cfg.data.tiers or {}).items():
+        need(expert in cfg.zoo.experts, f"data.tiers.{tier}", f"names unknown expert {expert!r} of zoo "
+             f"{cfg.zoo.name!r} (data.tiers=null offers the zoo's own tiers)")
 
 
 def to_yaml(cfg: ExperimentConfig) -> str:

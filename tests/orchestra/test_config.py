@@ -25,6 +25,13 @@ def test_h100_preset_carries_toolorchestra_values():
     assert (cfg.algo.kl_type, cfg.algo.kl_coef, cfg.agent.max_turns) == ("mse", 1e-4, 30)
 
 
+def test_zoo_swap_needs_matching_task_tiers():
+    with pytest.raises(ConfigError, match="data.tiers.search-1.*data.tiers=null"):
+        load_config(["zoo=replay_mmlu_pro"])
+    cfg = load_config(["zoo=replay_mmlu_pro", "data.tiers=null"])
+    assert cfg.data.tiers is None and cfg.zoo.name == "replay_mmlu_pro"
+
+
 def test_cli_overrides_and_group_swap():
     cfg = load_config(["algo.lr=0.5", "model=smollm2", "agent.budget.usd=0.25", "zoo.tools=[answer]"])
     assert cfg.algo.lr == 0.5 and cfg.model.name == "smollm2"

@@ -20,7 +20,7 @@ STATED = {"gemini-1.5-pro-002": 0.702, "gemini-1.5-flash-002": 0.641, "llama-3.1
 
 @pytest.fixture(scope="module")
 def zoo(shared_data):
-    return load_config(["zoo=replay_mmlu_pro"]).zoo
+    return load_config(["experiment=mmlu_pro_replay"]).zoo
 
 
 @pytest.fixture(scope="module")
