@@ -156,8 +156,11 @@ class Sandbox:
             for path in sorted(keep):
                 if path.startswith(masked.rstrip("/") + "/"):
                     argv += ["--ro-bind", path, path]  # the interpreter must stay reachable
-        argv += ["--perms", "1777", "--size", str(self.tmp_size_mb << 20), "--tmpfs", "/tmp",
-                 "--proc", "/proc", "--dev", "/dev", "--unshare-net", "--unshare-pid", "--unshare-ipc",
+        argv += ["--perms", "1777", "--size", str(self.tmp_size_mb << 20), "--tmpfs", "/tmp"]
+        for path in sorted(keep):  # a checkout (and its venv) under /tmp stays reachable, read-only
+            if path.startswith("/tmp/"):
+                argv += ["--ro-bind", path, path]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--unshare-net", "--unshare-pid", "--unshare-ipc",
                  "--unshare-uts", "--new-session", "--die-with-parent", "--chdir", "/tmp", "--clearenv"]
         for key, value in _scrubbed_env("/tmp").items():
             argv += ["--setenv", key, value]

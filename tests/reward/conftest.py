@@ -36,12 +36,12 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
         try:
             self._reply(body, prompt)
         finally:
-            with cls.lock:
-                cls.in_flight -= 1
+            self._leave()
 
     def _reply(self, body, prompt):
         candidate = prompt.split("Candidate answer:\n", 1)[1].split("\n\n", 1)[0]
         if "boom" in candidate:
+            self._leave()
             self.send_response(500)
             self.end_headers()
             self.wfile.write(b'{"error": {"message": "internal"}}')
@@ -53,20 +53,31 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
                            "choices": [{"index": 0, "finish_reason": "stop",
                                         "message": {"role": "assistant", "content": text}}],
                            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
+        self._leave()  # before the client can see the reply: it may send its next request at once
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
+    def _leave(self):
+        cls = type(self)
+        with cls.lock:
+            if not getattr(self, "_left", False):
+                cls.in_flight -= 1
+                self._left = True
+
 
 @pytest.fixture
 def fake_openai():
-    _FakeOpenAI.seen, _FakeOpenAI.max_in_flight = [], 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeOpenAI)
+    # A fresh handler class per test: a deliberately slow reply of an earlier test may still be running and
+    # must not count as in flight here.
+    handler = type("FakeOpenAI", (_FakeOpenAI,), {"seen": [], "in_flight": 0, "max_in_flight": 0,
+                                                  "lock": threading.Lock()})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads, server.block_on_close = True, False  # don't wait out the deliberately slow reply
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", _FakeOpenAI.seen, _FakeOpenAI
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler.seen, handler
     server.shutdown()
     server.server_close()
