@@ -13,6 +13,8 @@ Tool schemas (with each tier's price and latency in the descriptions) come from 
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Protocol
 
 from orchestra.types import Preference, Task
@@ -21,6 +23,17 @@ DEFAULT_SYSTEM = (
     "You are an orchestrator: solve the problem with tools and expert models. Stronger experts are more "
     "accurate but cost more and are slower. Call one tool per turn; the answer tool gives the final answer."
 )
+
+
+_SPECIAL_END = re.compile(r"<\|[a-z_]+\|>")
+
+
+def _special_boundary(head: str) -> int | None:
+    """Index just after the last `<|...|>` special token in the rendered system turn (None if there is none)."""
+    last = None
+    for match in _SPECIAL_END.finditer(head):
+        last = match.end()
+    return last
 
 
 class ChatTokenizer(Protocol):
@@ -64,6 +77,7 @@ class Prompter:
         self.system_prompt = system_prompt or DEFAULT_SYSTEM
         self.doc_chars, self.code_chars, self.attempt_chars = doc_chars, code_chars, attempt_chars
         self.max_observation_chars = max_observation_chars
+        self._prefix_cache: dict[tuple[str, str], tuple[str, list[int]]] = {}
 
     # ------------------------------------------------------------ messages
     def system(self, task: Task) -> dict[str, Any]:
@@ -94,7 +108,27 @@ class Prompter:
                                             add_generation_prompt=generation_prompt)
 
     def encode(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-        return list(self.tok.encode(self.render(messages, tools), add_special_tokens=False))
+        """Token ids of the rendered conversation. The system turn (instructions + tool catalogue, most of a
+        reprompt prompt and the same on every turn of a task) is tokenized once and cached; the cut is made
+        right after a special token, where tokenizers split text anyway, so the ids equal a one-piece encode."""
+        text = self.render(messages, tools)
+        if not messages or messages[0].get("role") != "system":
+            return list(self.tok.encode(text, add_special_tokens=False))
+        key = (messages[0].get("content", ""), json.dumps(tools, sort_keys=True) if tools else "")
+        cached = self._prefix_cache.get(key)
+        if cached is None:
+            head = self.render(messages[:1], tools, generation_prompt=False)
+            cut = _special_boundary(head)
+            if cut is None or not text.startswith(head[:cut]):
+                return list(self.tok.encode(text, add_special_tokens=False))
+            cached = (head[:cut], list(self.tok.encode(head[:cut], add_special_tokens=False)))
+            if len(self._prefix_cache) >= 256:
+                self._prefix_cache.pop(next(iter(self._prefix_cache)))
+            self._prefix_cache[key] = cached
+        prefix, ids = cached
+        if not text.startswith(prefix):
+            return list(self.tok.encode(text, add_special_tokens=False))
+        return ids + list(self.tok.encode(text[len(prefix):], add_special_tokens=False))
 
     def delta_ids(self, messages: list[dict[str, Any]], new: list[dict[str, Any]],
                   tools: list[dict[str, Any]] | None, emitted_end: str) -> list[int]:

@@ -54,3 +54,17 @@ def test_truncation_keeps_newest_within_budget():
 def test_preference_text_is_stated():
     assert "cost 0.5" in preference_text({"accuracy": 1.0, "cost": 0.5})
     assert "accuracy first" in preference_text({})
+
+
+def test_cached_system_prefix_gives_the_same_ids_as_one_piece():
+    from orchestra.models import load_tokenizer
+
+    for tok in (TOK, load_tokenizer("tiny")):
+        p = Prompter(tok)
+        for i in range(3):
+            task = make_task(i, pref={"accuracy": 1.0, "cost": 0.1 * i})
+            msgs = [p.system(task), p.reprompt_user(task, [f"doc {i}"], [], [f"attempt {i}"])]
+            whole = list(tok.encode(p.render(msgs, SCHEMAS), add_special_tokens=False))
+            assert p.encode(msgs, SCHEMAS) == whole  # first call fills the cache
+            assert p.encode(msgs, SCHEMAS) == whole  # second call uses it
+        assert len(p._prefix_cache) == 3
