@@ -214,7 +214,8 @@ def _step_line(kind: str, p: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- the HTTP app
 def create_api(service: OrchestraService, *, api_keys: list[str] | None = None, max_request_bytes: int = 1_000_000,
                rate_limit_per_s: float = 0.0, rate_limit_burst: int = 20) -> Any:
-    """The FastAPI app over `service`. No keys: open server (a warning is logged)."""
+    """The FastAPI app over `service`. No keys: open (in-process use and tests only; the Serve replica,
+    OrchestraServer, refuses to start without keys)."""
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
@@ -433,6 +434,9 @@ class OrchestraServer:
     def __init__(self, settings: dict[str, Any] | None = None,
                  builder: Callable[[ServeSettings], OrchestraService] | None = None):
         self.settings = api.settings_from_dict(settings)
+        if not api.api_keys(self.settings):  # the deployed endpoint always requires a key
+            raise ValueError(f"no API keys: set {self.settings.api_keys_env or 'ORCHESTRA_API_KEYS'} (comma-separated) "
+                             "or `api_keys` in conf/serve.yaml; the Serve endpoint does not run open")
         self.service = (builder or build_service)(self.settings)
 
     def __serve_build_asgi_app__(self) -> Any:

@@ -178,3 +178,16 @@ async def test_raw_mode_bad_arguments_and_context_limit():
     assert r.status_code == 400 and "context limit" in r.json()["error"]["message"]
     r = await ask(app, {"messages": USER, "tools": tools, "tool_choice": "none"})
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "plain words"
+
+
+def test_deployed_server_refuses_to_run_without_a_key(monkeypatch):
+    from actors.serve_app import OrchestraServer
+
+    monkeypatch.delenv("ORCHESTRA_API_KEYS", raising=False)
+    built = []
+    with pytest.raises(ValueError, match="no API keys"):
+        OrchestraServer({}, builder=built.append)
+    assert built == []  # nothing is loaded for a server that may not run
+    monkeypatch.setenv("ORCHESTRA_API_KEYS", "k1")
+    OrchestraServer({}, builder=built.append)
+    assert len(built) == 1
