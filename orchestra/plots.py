@@ -11,9 +11,10 @@ matplotlib is imported lazily with the non-interactive Agg backend; nothing here
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from orchestra.tracking import read_metrics
 
 
 def _plt():
@@ -48,12 +49,7 @@ def plot_pareto(rows: list[dict[str, Any]], path: str | Path) -> Path:
     ax.set_title("Accuracy vs cost")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_tool_mix(rows: list[dict[str, Any]], path: str | Path) -> Path:
@@ -71,6 +67,10 @@ def plot_tool_mix(rows: list[dict[str, Any]], path: str | Path) -> Path:
     ax.set_ylabel("share of tool calls")
     ax.set_title("Tool-call mix per policy")
     ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    return _save(plt, fig, path)
+
+
+def _save(plt: Any, fig: Any, path: str | Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,20 +79,9 @@ def plot_tool_mix(rows: list[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
-def _read_metrics(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a torn last line from a crash
-    return rows
-
-
 def _tool_mix(row: dict[str, Any]) -> dict[str, float]:
-    for key in ("tool_mix",):
-        if isinstance(row.get(key), dict):
-            return row[key]
+    if isinstance(row.get("tool_mix"), dict):
+        return row["tool_mix"]
     for value in row.values():  # nested, e.g. reward_actor.tool_mix
         if isinstance(value, dict) and isinstance(value.get("tool_mix"), dict):
             return value["tool_mix"]
@@ -102,7 +91,7 @@ def _tool_mix(row: dict[str, Any]) -> dict[str, float]:
 def plot_training(metrics_jsonl_path: str | Path, out_dir: str | Path) -> list[Path]:
     """training.png (reward / accuracy / $ per step) and tool_mix_steps.png; returns the files written."""
     plt = _plt()
-    rows = _read_metrics(Path(metrics_jsonl_path))
+    rows = read_metrics(metrics_jsonl_path)
     train = [r for r in rows if r.get("kind", "train") == "train"]
     evals = [(r["step"], r["heldout"]) for r in rows if isinstance(r.get("heldout"), dict)]
     out = Path(out_dir)
@@ -122,10 +111,7 @@ def plot_training(metrics_jsonl_path: str | Path, out_dir: str | Path) -> list[P
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "training.png", dpi=110)
-    plt.close(fig)
-    written.append(out / "training.png")
+    written.append(_save(plt, fig, out / "training.png"))
 
     mixes = [(r["step"], _tool_mix(r)) for r in train]
     mixes = [(s, m) for s, m in mixes if m]
@@ -138,8 +124,5 @@ def plot_training(metrics_jsonl_path: str | Path, out_dir: str | Path) -> list[P
         ax.set_ylabel("share of tool calls")
         ax.set_title("Tool mix over training")
         ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
-        fig.tight_layout()
-        fig.savefig(out / "tool_mix_steps.png", dpi=110)
-        plt.close(fig)
-        written.append(out / "tool_mix_steps.png")
+        written.append(_save(plt, fig, out / "tool_mix_steps.png"))
     return written

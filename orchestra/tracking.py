@@ -74,11 +74,15 @@ class Tracker:
 
 
 def read_metrics(path: str | Path, kind: str | None = None) -> list[dict[str, Any]]:
-    """Records of a metrics.jsonl; on resume a step may appear twice: the last record of a step wins."""
+    """Records of a metrics.jsonl; on resume a step may appear twice: the last record of a step wins.
+    A torn last line (a crash mid-write) is skipped."""
     by_key: dict[tuple[str, int], dict[str, Any]] = {}
     for line in Path(path).read_text().splitlines():
-        if line.strip():
-            rec = json.loads(line)
+        try:
+            rec = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "step" in rec:
             if kind is None or rec.get("kind") == kind:
                 by_key[(rec.get("kind", ""), rec["step"])] = rec
     return sorted(by_key.values(), key=lambda r: (r["step"], r.get("kind", "")))

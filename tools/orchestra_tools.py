@@ -212,11 +212,15 @@ class TieredExpertTool:
                      meta: dict[str, Any]) -> ToolResult:
         raise NotImplementedError
 
-    async def run_backend(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def run_backend(self, args: dict[str, Any], ctx: ToolContext, base: dict[str, Any]) -> ToolResult:
+        """Call the backend (retriever / web search / sandbox) and add its $ and seconds to `base`."""
         if self.backend is None:
             return ToolResult.failure(f"{self.name}: no backend configured")
         # the backend's fee is already inside this tool's cost bound: no second budget check
-        return await guarded_call(self.backend, args, dataclasses.replace(ctx, budget_usd_left=None))
+        res = await guarded_call(self.backend, args, dataclasses.replace(ctx, budget_usd_left=None))
+        base["cost_usd"] += res.cost_usd
+        base["latency_s"] += res.latency_s
+        return res
 
 
 class SearchTool(TieredExpertTool):
@@ -232,10 +236,8 @@ class SearchTool(TieredExpertTool):
         found = re.findall(self.prompts.query_pattern, reply.text, re.S)
         lines = [ln.strip() for ln in reply.text.splitlines() if ln.strip()]
         query = (found[-1].strip() if found else (lines[-1] if lines else "")) or ctx.task.problem
-        res = await self.run_backend({"query": query}, ctx)
+        res = await self.run_backend({"query": query}, ctx, base)
         docs = [str(d) for d in (res.meta.get("documents") or [])]
-        base["cost_usd"] += res.cost_usd
-        base["latency_s"] += res.latency_s
         meta.update(query=query, documents=docs, backend_cost_usd=res.cost_usd)
         if not res.ok:
             return ToolResult.failure(f"search for {query!r} failed: {res.error}", meta=meta, **base)
@@ -257,9 +259,7 @@ class EnhanceReasoningTool(TieredExpertTool):
         if not blocks:
             return ToolResult.failure("enhance_reasoning: the expert wrote no Python code", meta=meta, **base)
         code = blocks[-1].strip()
-        res = await self.run_backend({"code": code}, ctx)
-        base["cost_usd"] += res.cost_usd
-        base["latency_s"] += res.latency_s
+        res = await self.run_backend({"code": code}, ctx, base)
         output = res.meta.get("code_output")
         output = str(output) if output is not None else res.text
         meta["code"] = code
