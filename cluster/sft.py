@@ -31,8 +31,10 @@ async def _demos(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_
     samples: list[Any] = []
 
     async def one(i: int) -> list[Any]:
-        task = tasks[i % len(tasks)]
-        script = random_episode(task, tools.schemas(task), random.Random(rng.random()))
+        task, choice_rng = tasks[i % len(tasks)], random.Random(rng.random())  # drawn before any await: same order
+        warm = getattr(tools, "aschemas", None)  # remote catalogues: fetch without blocking the event loop
+        schemas = await warm(task) if warm is not None else tools.schemas(task)
+        script = random_episode(task, schemas, choice_rng)
         loop = AgentLoop(script_engine(tokenizer, script, eos_ids[0]), tools, prompter, eos_token_ids=eos_ids,
                          **agent_kwargs)
         traj = await loop.run(task, Sampling(max_tokens=max_tokens), uid=f"sft-{i}")

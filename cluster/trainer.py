@@ -179,15 +179,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ SFT
     def sft(self) -> dict[str, float]:
+        from actors.tool_server import RayToolClient
         from cluster.sft import demo_samples, sft_batches
         from orchestra.models import eos_token_ids, load_tokenizer
-        from tools.base import LocalToolClient
-        from tools.registry import build_tools
 
         c = self.cfg
         tok = load_tokenizer(c.model.name, tiny=c.model.tiny, cache_dir=c.model.cache_dir,
                              chat_template=c.model.chat_template)
-        tools = LocalToolClient(build_tools(c.zoo, corpus=load_corpus(c.zoo.retriever.corpus)))
+        # Demonstrations go through the run's own tool servers: no second retriever index in the driver.
+        tools = RayToolClient(self.tools, timeout_s=c.zoo.server.timeout_s)
         samples = demo_samples(self.train, tools, tok, launch.prompter_kwargs(c), launch.agent_kwargs(c),
                                eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens)
         metrics: list[dict[str, Any]] = []
