@@ -48,7 +48,8 @@ class RolloutWorker:
     def __init__(self, *, worker_id: int, model_name: str, model_kwargs: dict[str, Any], engine_kind: str,
                  engine_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], prompter_kwargs: dict[str, Any],
                  tool_handles: dict[str, Any] | None = None, zoo: dict[str, Any] | None = None,
-                 corpus_path: str = "", tool_timeout_s: float = 60.0, reward_actor: Any = None,
+                 corpus_path: str = "", tool_timeout_s: float = 60.0, tool_max_in_flight: int = 0,
+                 reward_actor: Any = None,
                  torch_threads: int = 0,
                  tau2: dict[str, Any] | None = None):
         from orchestra.models import eos_token_ids, load_policy
@@ -63,7 +64,7 @@ class RolloutWorker:
         if tool_handles:
             from actors.tool_server import RayToolClient
 
-            tools = RayToolClient(tool_handles, timeout_s=tool_timeout_s)
+            tools = RayToolClient(tool_handles, timeout_s=tool_timeout_s, max_in_flight=tool_max_in_flight)
         else:
             tools = _local_tools(zoo or {}, corpus_path)
         self.loop = AgentLoop(self.engine, tools, Prompter(self.tokenizer, **prompter_kwargs),

@@ -281,12 +281,18 @@ _ACTOR_ERRORS: tuple[type[BaseException], ...] = tuple(
 
 
 class RayToolClient:
-    """orchestra.agent_loop.ToolClient over tool-server actor handles; never raises from `call`."""
+    """orchestra.agent_loop.ToolClient over tool-server actor handles; never raises from `call`.
 
-    def __init__(self, handles: dict[str, Any], timeout_s: float | None = 120.0):
+    `max_in_flight` > 0 caps the tool calls this client has outstanding at once, over ALL tools (the
+    servers' own max_concurrency caps each tool separately); waiting for a slot is added to `queue_s`."""
+
+    def __init__(self, handles: dict[str, Any], timeout_s: float | None = 120.0, max_in_flight: int = 0):
         self.handles = dict(handles)
         self.timeout_s = timeout_s
         self._schemas: dict[tuple[str, str], dict[str, Any]] = {}
+        # created lazily inside the running event loop (the actor's), not in __init__
+        self.max_in_flight = max_in_flight
+        self._slots: asyncio.Semaphore | None = None
 
     def _key(self, name: str, task: Task) -> tuple[str, str]:
         return name, json.dumps([task.model_mapping, task.pricing], sort_keys=True, default=str)
@@ -311,6 +317,18 @@ class RayToolClient:
         return self.schemas(task)
 
     async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        if self.max_in_flight <= 0:
+            return await self._call(call, ctx)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_in_flight)
+        start = time.perf_counter()
+        async with self._slots:
+            waited = time.perf_counter() - start
+            result = await self._call(call, ctx)
+        result.meta["queue_s"] = float(result.meta.get("queue_s", 0.0)) + waited
+        return result
+
+    async def _call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         handle = self.handles.get(call.name)
         if handle is None:
             return unknown_tool(call.name, self._names(ctx.task) or sorted(self.handles))

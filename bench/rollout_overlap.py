@@ -18,13 +18,15 @@ Measured in one run, side by side, on `--episodes` template tasks (64):
   2. single episodes run alone, one at a time: the `--singles` episodes with the longest tool service time in
      the batch (the sim latencies are deterministic per task, so those are the slowest episodes); the longest
      single wall is the denominator (a few fixed episodes could miss the slowest one and flatter the ratio);
-  3. the same batch against a second set of tool servers (name suffix "-c2") with max_concurrency = 2
-     (ToolOrchestra's setting) and their own rollout workers. The limit is per tool server and the three tools
-     pipeline, so its floor is ~episodes x 0.2 s / 2 = 6.4 s (not x 3 calls), and the >= 10x goal below needs
-     the full batch within ~0.64 s, i.e. near-perfect overlap.
+  3. the same batch with tool concurrency 2 (ToolOrchestra's setting): at most 2 tool calls in flight at once
+     over all tools — one rollout worker whose tool client caps its outstanding calls at 2
+     (zoo.server.client_max_in_flight), against a second set of tool servers (name suffix "-c2") with
+     max_concurrency = 2. Floor: episodes x 3 calls x 0.2 s / 2 = 19.2 s.
+  4. for comparison only (an INFO line): a cap of 2 per tool server alone (three tools pipeline, so up to 6
+     calls in flight; floor ~episodes x 0.2 s / 2 = 6.4 s), with the same two-worker layout as step 1.
 Walls are driver-side (the rollout actor call, round trip included), the same way for all three.
 RESULT rollout_overlap = median batch wall / longest single wall (goal <= 1.25);
-RESULT speedup_vs_concurrency2 = wall at concurrency 2 / median batch wall (goal >= 10).
+RESULT speedup_vs_concurrency2 = wall at tool concurrency 2 (step 3) / median batch wall (goal >= 10).
 This script only measures: actors, agent loop and tools are used as they are, and no goal is asserted.
 Usage: .venv/bin/python bench/rollout_overlap.py [--episodes 64] [--workers 2] [--singles 8] [--repeats 3]
        [--latency 0.2] [--low-concurrency 2] [--real-backends]
@@ -78,12 +80,13 @@ class InstantSandbox(InstantRetriever):
         return ToolResult(text="(stand-in: code not run)", meta={"code_output": "(stand-in: code not run)"})
 
 
-def build_config(corpus_path: str, latency_s: float, concurrency: int) -> Any:
+def build_config(corpus_path: str, latency_s: float, concurrency: int, client_cap: int = 0) -> Any:
     from orchestra.config import load_config
 
     base = load_config(["zoo=sim"])
     overrides = ["zoo=sim", "zoo.sleep=true", f"zoo.retriever.corpus={corpus_path}",
-                 f"zoo.server.max_concurrency={concurrency}", "agent.context_mode=reprompt"]
+                 f"zoo.server.max_concurrency={concurrency}", f"zoo.server.client_max_in_flight={client_cap}",
+                 "agent.context_mode=reprompt"]
     overrides += [f"zoo.experts[{name}].latency_s={latency_s}" for name in base.zoo.experts]
     return load_config(overrides)
 
@@ -106,7 +109,7 @@ def start_set(cfg: Any, suffix: str, n_workers: int, build_kwargs: dict[str, Any
             worker_id=i, model_name="tiny", model_kwargs=model_kwargs(cfg),
             engine_kind="orchestra.scripted:plan_engine", engine_kwargs={"plan": PLAN},
             agent_kwargs=agent_kwargs(cfg), prompter_kwargs=prompter_kwargs(cfg), tool_handles=handles,
-            tool_timeout_s=cfg.zoo.server.timeout_s))
+            tool_timeout_s=cfg.zoo.server.timeout_s, tool_max_in_flight=cfg.zoo.server.client_max_in_flight))
     ray.get([h.ready.remote() for h in handles.values()] + [w.ready.remote() for w in workers], timeout=300)
     return handles, workers
 
@@ -172,7 +175,9 @@ def main() -> None:
                     for i, t in enumerate(task_set.tasks)]
         stand_ins = {"retriever": InstantRetriever(), "sandbox": InstantSandbox()}
         build_kwargs = None if args.real_backends else stand_ins
-        low_cfg = build_config(str(Path(tmp) / "corpus.jsonl"), args.latency, args.low_concurrency)
+        low_cfg = build_config(str(Path(tmp) / "corpus.jsonl"), args.latency, args.low_concurrency,
+                               client_cap=args.low_concurrency)
+        per_server_cfg = build_config(str(Path(tmp) / "corpus.jsonl"), args.latency, args.low_concurrency)
 
         ray.init(num_cpus=4, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
@@ -202,11 +207,17 @@ def main() -> None:
                 ray.kill(w)
 
             t0 = time.perf_counter()
-            _, low_workers = start_set(low_cfg, "-c2", args.workers, build_kwargs)
+            _, low_workers = start_set(low_cfg, "-c2", 1, build_kwargs)  # one client: the cap is global
             print(f"INFO started the concurrency-{args.low_concurrency} set in {time.perf_counter() - t0:.1f} s")
-            run_batch(low_workers, requests[: len(low_workers)])
+            run_batch(low_workers, requests[:1])
             low_wall, low_batch = run_batch(low_workers, requests)
             low = check(low_batch, f"concurrency {args.low_concurrency}")
+            for w in low_workers:
+                ray.kill(w)
+            _, per_server_workers = start_set(per_server_cfg, "-ps", args.workers, build_kwargs)
+            run_batch(per_server_workers, requests[: len(per_server_workers)])
+            per_server_wall, per_server_batch = run_batch(per_server_workers, requests)
+            per_server = check(per_server_batch, f"concurrency {args.low_concurrency} per tool server")
         finally:
             ray.shutdown()
 
@@ -220,8 +231,11 @@ def main() -> None:
     print(f"INFO alone: {len(singles)} slowest episodes, walls {', '.join(f'{w:.3f}' for w, _ in singles)} s "
           f"(max {single_wall:.3f}); tool service max {alone['service_max_s']:.3f} s; "
           f"bad episodes {alone['bad']:g}")
-    print(f"INFO concurrency {args.low_concurrency}: batch wall {low_wall:.3f} s; mean queue per call "
-          f"{low['queue_mean_s']:.3f} s; bad episodes {low['bad']:g}")
+    print(f"INFO concurrency {args.low_concurrency} (over all tools): batch wall {low_wall:.3f} s; mean queue per "
+          f"call {low['queue_mean_s']:.3f} s; bad episodes {low['bad']:g}")
+    print(f"INFO concurrency {args.low_concurrency} per tool server only: batch wall {per_server_wall:.3f} s "
+          f"(speedup {per_server_wall / batch_wall:.2f}x); mean queue per call {per_server['queue_mean_s']:.3f} s; "
+          f"bad episodes {per_server['bad']:g}")
     print(f"RESULT rollout_overlap={batch_wall / single_wall:.3f}")
     print(f"RESULT speedup_vs_concurrency2={low_wall / batch_wall:.2f}")
 

@@ -187,7 +187,8 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
             engine_kwargs={"max_batch_size": e.max_batch_size, "batch_wait_ms": e.batch_wait_ms},
             agent_kwargs=agent_kwargs(cfg), prompter_kwargs=prompter_kwargs(cfg), tool_handles=tool_handles,
             torch_threads=cfg.cluster.torch_threads,
-            tool_timeout_s=cfg.zoo.server.timeout_s, reward_actor=reward,
+            tool_timeout_s=cfg.zoo.server.timeout_s, tool_max_in_flight=cfg.zoo.server.client_max_in_flight,
+            reward_actor=reward,
             # τ² tasks run their own in-process tools (call_expert over the zoo's experts) and user simulator
             zoo=zoo_dict(cfg), tau2=asdict(cfg.tau2)))
     wait_ready(cfg, [w.ready.remote() for w in workers], "rollout workers")

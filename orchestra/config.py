@@ -152,7 +152,9 @@ class WebSearchConfig:
 
 @dataclass
 class ToolServerConfig:
-    max_concurrency: int = 64
+    max_concurrency: int = 64  # per tool server (one per tool)
+    # per rollout worker: tool calls outstanding at once over ALL tools (0: no cap beyond the servers')
+    client_max_in_flight: int = 0
     timeout_s: float = 60.0
     retries: int = 2
     backoff_s: float = 0.2
@@ -230,6 +232,9 @@ class DataConfig:
     # The tier -> expert mapping given to tasks (each task's model_mapping, as ToolOrchestra varies it);
     # None (`data.tiers=null`): the zoo's own tiers.
     tiers: dict[str, str] | None = None
+    # training tasks' preference vectors: `sampled` (each task's own; template tasks draw one per task, as
+    # ToolOrchestra) or one preset / `accuracy=1,cost=0.5` for every training task
+    preference: str = "sampled"
     seed: int = 0
 
 
@@ -436,9 +441,18 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be toolorchestra or scalar, got {cfg.reward.rubric!r}")
     need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")
     need(cfg.cluster.num_rollout_workers >= 1, "cluster.num_rollout_workers", "must be >= 1")
+    need(cfg.zoo.server.max_concurrency >= 1, "zoo.server.max_concurrency", "must be >= 1")
+    need(cfg.zoo.server.client_max_in_flight >= 0, "zoo.server.client_max_in_flight", "must be >= 0 (0: no cap)")
     need(cfg.tau2.max_errors >= 1, "tau2.max_errors", "must be >= 1")
     need(cfg.tau2.task_version in ("v0.2.0", "current"), "tau2.task_version",
          f"must be v0.2.0 or current, got {cfg.tau2.task_version!r}")
+    if cfg.data.preference != "sampled":
+        from orchestra.preferences import parse_preference
+
+        try:
+            parse_preference(cfg.data.preference)
+        except ValueError as e:
+            need(False, "data.preference", f"must be `sampled`, a preset or weights: {e}")
     for tier, expert in cfg.zoo.tiers.items():
         need(expert in cfg.zoo.experts, f"zoo.tiers.{tier}", f"names unknown expert {expert!r}")
     for tier, expert in (cfg.data.tiers or {}).items():

@@ -153,7 +153,7 @@ def split_tasks(tasks: list[Task], n_train: int, n_heldout: int, seed: int) -> t
 
 def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None
                    ) -> tuple[list[Task], list[Task], list[dict[str, str]]]:
-    """(train, heldout, corpus) from DataConfig (source, n_train, n_heldout, families, seed)."""
+    """(train, heldout, corpus) from DataConfig (source, n_train, n_heldout, families, seed, preference)."""
     source = str(data_cfg.source)
     families = list(data_cfg.families) or None
     if source == "template":
@@ -162,7 +162,7 @@ def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None
         train = generate_tasks(data_cfg.n_train, data_cfg.seed, families, "train", mapping=tiers)
         held = generate_tasks(data_cfg.n_heldout, data_cfg.seed, families, "heldout", mapping=tiers)
         corpus = {p["id"]: p for p in train.corpus + held.corpus}
-        return train.tasks, held.tasks, list(corpus.values())
+        return _with_preference(train.tasks, data_cfg), held.tasks, list(corpus.values())
     if source.startswith("tau2:"):  # τ²-bench domains (the `tau2` extra); the domain DB is the "corpus"
         from orchestra.tau2.domain import load_tasks as load_tau2
         from orchestra.tau2.evaluation import parse_dataset
@@ -185,4 +185,18 @@ def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None
         for t in tasks:
             t.model_mapping = t.model_mapping or dict(tiers)
     train, heldout = split_tasks(tasks, data_cfg.n_train, data_cfg.n_heldout, data_cfg.seed)
-    return train, heldout, corpus
+    return _with_preference(train, data_cfg), heldout, corpus
+
+
+def _with_preference(train: list[Task], data_cfg: Any) -> list[Task]:
+    """`data.preference`: `sampled` keeps each task's own vector (template tasks draw one per task, as
+    ToolOrchestra); a preset name or `accuracy=1,cost=0.5` gives every training task that one vector."""
+    spec = str(getattr(data_cfg, "preference", "sampled"))
+    if spec == "sampled":
+        return train
+    from orchestra.preferences import parse_preference
+
+    pref = parse_preference(spec)
+    for t in train:
+        t.pref = dict(pref)
+    return train

@@ -93,10 +93,10 @@ def servers(ray):
     return handles
 
 
-def _client(handles, timeout_s=30.0):
+def _client(handles, timeout_s=30.0, max_in_flight=0):
     from actors.tool_server import RayToolClient
 
-    return RayToolClient(handles, timeout_s=timeout_s)
+    return RayToolClient(handles, timeout_s=timeout_s, max_in_flight=max_in_flight)
 
 
 def _ctx(i=0) -> ToolContext:
@@ -136,6 +136,17 @@ async def test_concurrency_and_queueing_are_reported_apart(servers):
     queued = sorted(r.meta["queue_s"] for r in results)
     assert queued[:4] == pytest.approx([0, 0, 0, 0], abs=0.1) and min(queued[4:]) > 0.2  # 8 calls, 4 slots
     assert all(r.latency_s == pytest.approx(0.3) for r in results)  # service time excludes the wait
+
+
+async def test_client_cap_spans_all_tools(servers):
+    """max_in_flight=2 caps calls over every tool of the client: 4 calls to two servers run two by two."""
+    client = _client({"testtool": servers["general"], "other": servers["crashy"]}, max_in_flight=2)
+    calls = [ToolCall(name=("testtool", "other")[i % 2], arguments={"sleep": 0.3}) for i in range(4)]
+    start = time.perf_counter()
+    results = await asyncio.gather(*[client.call(c, _ctx(i)) for i, c in enumerate(calls)])
+    assert time.perf_counter() - start >= 0.6  # two rounds, although each server alone has room for all
+    queued = sorted(r.meta["queue_s"] for r in results)
+    assert all(r.ok for r in results) and queued[:2] == pytest.approx([0, 0], abs=0.1) and min(queued[2:]) > 0.2
 
 
 async def test_rate_limit_and_cache_in_process():

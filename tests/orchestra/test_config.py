@@ -46,6 +46,8 @@ def test_cli_overrides_and_group_swap():
     ("algo.group_size=1", "algo.group_size"),
     ("data.n_train=0", "data.n_train"),
     ("agent.context_mode=chat", "agent.context_mode"),
+    ("data.preference=bogus", "data.preference"),
+    ("zoo.server.client_max_in_flight=-1", "zoo.server.client_max_in_flight"),
     ("justtext", "key=value"),
 ])
 def test_bad_overrides_name_the_key(override, needle):

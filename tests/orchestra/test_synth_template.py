@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -138,3 +139,19 @@ def test_build_task_set_sources(train, tmp_path):
     cfg = SimpleNamespace(source=str(path), n_train=50, n_heldout=20, families=[], seed=0)
     tr, he, _ = build_task_set(cfg, TIERS)
     assert len(tr) == 50 and len(he) == 20 and not {t.id for t in tr} & {t.id for t in he}
+
+
+def test_data_preference_fixes_training_vectors_only(train, tmp_path):
+    """data.preference=<preset>: every training task carries it; held-out tasks keep their own vectors."""
+    from orchestra.preferences import preset
+
+    base = dict(source="template", n_train=16, n_heldout=8, families=[], seed=1)
+    sampled_tr, sampled_he, _ = build_task_set(SimpleNamespace(**base, preference="sampled"), TIERS)
+    assert len({json.dumps(t.pref, sort_keys=True) for t in sampled_tr}) > 1  # drawn per task
+    tr, he, _ = build_task_set(SimpleNamespace(**base, preference="cost-first"), TIERS)
+    assert all(t.pref == preset("cost-first") for t in tr)
+    assert [t.pref for t in he] == [t.pref for t in sampled_he]
+    path = save_tasks(train.tasks, tmp_path / "set.jsonl")
+    tr, _, _ = build_task_set(SimpleNamespace(source=str(path), n_train=10, n_heldout=5, families=[], seed=0,
+                                              preference="accuracy=1,cost=0.25"), TIERS)
+    assert all(t.pref == {"accuracy": 1.0, "cost": 0.25} for t in tr)
