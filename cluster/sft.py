@@ -70,6 +70,14 @@ def sft_batches(samples: list[Any], steps: int, batch_size: int, seed: int) -> l
     return batches
 
 
+def sft_lr(cfg: Any, step: int) -> float:
+    """Linear decay from cfg.lr to cfg.lr x cfg.min_lr_ratio over cfg.steps (step counts from 0): the late,
+    small steps let the policy settle on the demonstrations' choice *distribution* (uniform tiers) instead of
+    ending on the last batches' noise."""
+    frac = step / max(1, cfg.steps - 1)
+    return cfg.lr * (1.0 - (1.0 - cfg.min_lr_ratio) * frac)
+
+
 def main(argv: list[str] | None = None) -> int:
     from cluster.train import main as train_main
 

@@ -171,7 +171,14 @@ class Trainer:
                                          price_out=self.cfg.model.price_out_per_mtok,
                                          failure_reward=r.failure_reward))
         mix = Counter(k for s in scored for k, v in s.tool_counts.items() for _ in range(v))
+        families: dict[str, list[Any]] = {}
+        for s, tr in zip(scored, trajs, strict=True):
+            families.setdefault(str(by_id[tr.task_id].meta.get("family", "all")), []).append(s)
         return {"score": mean(s.reward for s in scored), "accuracy": mean(float(s.correct) for s in scored),
+                # per task family: where the routing improved (score, accuracy, $)
+                "by_family": {f: {"score": mean(s.reward for s in v), "accuracy": mean(float(s.correct) for s in v),
+                                  "cost_usd": mean(s.cost["total_usd"] for s in v), "episodes": len(v)}
+                              for f, v in sorted(families.items())},
                 "cost_usd": mean(s.cost["total_usd"] for s in scored), "latency_s": mean(s.latency_s for s in scored),
                 "format_ok": mean(float(all(t.format_ok for t in tr.turns)) for tr in trajs),
                 "answered": mean(float(tr.termination == "answered") for tr in trajs),
@@ -180,7 +187,7 @@ class Trainer:
     # ------------------------------------------------------------------ SFT
     def sft(self) -> dict[str, float]:
         from actors.tool_server import RayToolClient
-        from cluster.sft import demo_samples, sft_batches
+        from cluster.sft import demo_samples, sft_batches, sft_lr
         from orchestra.models import eos_token_ids, load_tokenizer
 
         c = self.cfg
@@ -192,7 +199,7 @@ class Trainer:
                                eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens)
         metrics: list[dict[str, Any]] = []
         for i, batch in enumerate(sft_batches(samples, c.sft.steps, c.sft.batch_size, c.seed)):
-            metrics.append(ray.get(self.learner.sft_update.remote(batch, lr=c.sft.lr)))
+            metrics.append(ray.get(self.learner.sft_update.remote(batch, lr=sft_lr(c.sft, i))))
             if (i + 1) % max(1, c.sft.steps // 5) == 0:
                 self.console.print(f"  sft {i + 1}/{c.sft.steps}: loss {metrics[-1]['sft_loss']:.3f}")
         ray.get(self.learner.reset_reference.remote())  # KL anchors RL to the warm-started policy
@@ -304,6 +311,11 @@ class Trainer:
         for tag in ("after_sft", "after_rl"):
             if tag in summary:
                 self.console.print(f"held-out {tag}: {describe(_headline(summary[tag]))}")
+        for fam, after in rl.get("by_family", {}).items():
+            before = sft.get("by_family", {}).get(fam)
+            change = (lambda k: f"{before[k]:.3g} -> {after[k]:.3g}") if before else (lambda k: f"{after[k]:.3g}")
+            self.console.print(f"  {fam} ({after['episodes']} episodes): score {change('score')}, "
+                               f"accuracy {change('accuracy')}, $ {change('cost_usd')}")
         return summary
 
     def close(self) -> None:

@@ -219,6 +219,7 @@ class AlgoConfig:
 class SFTConfig:
     steps: int = 150
     lr: float = 2e-3
+    min_lr_ratio: float = 0.1  # the lr decays linearly from `lr` to lr x this over the steps (1.0: constant)
     batch_size: int = 16
     demos: int = 600
 
@@ -429,6 +430,7 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.algo.prompts_per_step >= 1, "algo.prompts_per_step", "must be >= 1")
     need(cfg.algo.steps >= 0, "algo.steps", "must be >= 0")
     need(cfg.algo.lr > 0, "algo.lr", "must be > 0")
+    need(0.0 <= cfg.sft.min_lr_ratio <= 1.0, "sft.min_lr_ratio", "must be in [0, 1]")
     need(cfg.data.n_train >= 1, "data.n_train", "zero training tasks")
     need(cfg.data.n_heldout >= 0, "data.n_heldout", "must be >= 0")
     need(cfg.agent.context_mode in ("reprompt", "transcript"), "agent.context_mode",

@@ -4,7 +4,8 @@
   (ddof=1); a group whose std <= min_std carries no learning signal and is dropped (all advantages 0).
 - scalar: `scalar_advantages` — verl 0.9.1's own `compute_grpo_outcome_advantage` (mean/std per group id,
   torch.std is the sample std; a group of one gets mean 0, std 1, i.e. A = R, as verl does). verl is imported
-  lazily: it is heavy and pulls in ray, which `import reward` must not.
+  lazily: it is heavy and pulls in ray, which `import reward` must not. reward/score.py then applies the
+  toolorchestra path's guard to these too: groups with std <= min_std dropped, the rest clipped.
 The learner applies these per episode (every turn sample of an episode shares its episode's advantage).
 """
 
@@ -27,11 +28,19 @@ def group_advantages(rewards: Sequence[float], min_std: float = 0.1,
     n = len(values)
     if n < 2:
         return [0.0] * n, True
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    mean, std = sum(values) / n, group_std(values)
     if std <= min_std:
         return [0.0] * n, True
     return [max(-clip, min(clip, (v - mean) / (std + EPSILON))) for v in values], False
+
+
+def group_std(values: Sequence[float]) -> float:
+    """Sample std (ddof=1, as torch.std in verl); 0 for fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
 
 
 def scalar_advantages(rewards: Sequence[float], group_ids: Sequence[Hashable],

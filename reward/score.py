@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestra.types import Task, Trajectory
-from reward.advantages import group_advantages, scalar_advantages
+from reward.advantages import group_advantages, group_std, scalar_advantages
 from reward.cost import CostBreakdown, episode_cost, episode_latency
 from reward.judges import Judgement, LLMJudge, judge, judge_for
 from reward.rubric import RUBRICS, Reward, scalar_reward, toolorchestra_group
@@ -139,10 +139,14 @@ async def score_group(trajs: Sequence[Trajectory], tasks: Task | Sequence[Task],
     else:
         uids = [trajs[i].uid or tasks[i].id for i in range(n)]
         advantages = scalar_advantages(values, uids)
-        for members in groups.values():  # verl leaves a no-spread group at 0; flag it for the report
-            flat = len(members) > 1 and max(values[i] for i in members) == min(values[i] for i in members)
+        # verl divides by the group's std however small: a group that differs only by noise (all wrong, a few
+        # tenths of a cent apart) would get advantages of +-1 and push the policy at random. The same rule as
+        # toolorchestra: groups with sample std <= min_std are dropped, the rest clipped to +-clip.
+        for members in groups.values():
+            flat = len(members) > 1 and group_std([values[i] for i in members]) <= min_std
             for i in members:
                 dropped[i] = flat
+                advantages[i] = 0.0 if flat else max(-clip, min(clip, advantages[i]))
 
     out: list[Scored] = []
     for i, t in enumerate(trajs):

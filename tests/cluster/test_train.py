@@ -78,6 +78,15 @@ def test_task_order_is_a_function_of_seed_and_step():
     assert TaskSampler(items, 4, seed=2).batch(1) != a.batch(1)
 
 
+def test_sft_lr_decays_linearly_to_its_floor():
+    from cluster.sft import sft_lr
+    from orchestra.config import SFTConfig
+
+    cfg = SFTConfig(steps=5, lr=1e-3, min_lr_ratio=0.1)
+    assert [round(sft_lr(cfg, i), 6) for i in range(5)] == [1e-3, 7.75e-4, 5.5e-4, 3.25e-4, 1e-4]
+    assert sft_lr(SFTConfig(steps=5, lr=1e-3, min_lr_ratio=1.0), 4) == 1e-3  # constant
+
+
 def check_faults(trainer: Trainer) -> None:
     """A tool server and then a rollout worker die mid-step: the step completes, the worker's episodes become
     errors with the failure reward, and both actors restart."""

@@ -60,6 +60,16 @@ async def test_scalar_rubric_groups_by_uid_through_verl(episode):
     assert [x.advantage for x in out] == pytest.approx([0.455 / s, -0.455 / s, 1.0], rel=1e-4)
 
 
+async def test_scalar_group_that_differs_only_by_noise_is_dropped(episode):
+    """All wrong, a tenth of a cent apart: verl's std division would make that +-0.7; min_std drops it."""
+    trajs = [episode(uid="n", answer="no", charges=[("e", 0.001 * k, 0.0)]) for k in range(3)]
+    out = await score_group(trajs, [_task()] * 3, rubric="scalar", cost_scale=0.01, min_std=0.1)
+    assert [s.reward for s in out] == pytest.approx([0.0, -0.05, -0.1])  # sample std 0.05 <= 0.1
+    assert all(s.dropped and s.advantage == 0.0 for s in out)
+    big = await score_group(trajs, [_task()] * 3, rubric="scalar", cost_scale=0.001, min_std=0.1, clip=0.5)
+    assert [s.advantage for s in big] == pytest.approx([0.5, 0.0, -0.5]) and not any(s.dropped for s in big)
+
+
 async def test_bad_rubric_is_a_clear_error(episode):
     with pytest.raises(ValueError, match="unknown rubric"):
         await score_group([episode()], _task(), rubric="fancy")
