@@ -312,10 +312,11 @@ class Trainer:
             if tag in summary:
                 self.console.print(f"held-out {tag}: {describe(_headline(summary[tag]))}")
         for fam, after in rl.get("by_family", {}).items():
-            before = sft.get("by_family", {}).get(fam)
-            change = (lambda k: f"{before[k]:.3g} -> {after[k]:.3g}") if before else (lambda k: f"{after[k]:.3g}")
-            self.console.print(f"  {fam} ({after['episodes']} episodes): score {change('score')}, "
-                               f"accuracy {change('accuracy')}, $ {change('cost_usd')}")
+            before = sft.get("by_family", {}).get(fam, {})
+            change = {k: (f"{before[k]:.3g} -> " if k in before else "") + f"{after[k]:.3g}"
+                      for k in ("score", "accuracy", "cost_usd")}
+            self.console.print(f"  {fam} ({after['episodes']} episodes): score {change['score']}, "
+                               f"accuracy {change['accuracy']}, $ {change['cost_usd']}")
         return summary
 
     def close(self) -> None:

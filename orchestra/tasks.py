@@ -189,13 +189,18 @@ def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None
 
 
 def _with_preference(train: list[Task], data_cfg: Any) -> list[Task]:
-    """`data.preference`: `sampled` keeps each task's own vector (template tasks draw one per task, as
-    ToolOrchestra); a preset name or `accuracy=1,cost=0.5` gives every training task that one vector."""
+    """`data.preference`: `sampled` keeps each task's own vector and draws one (seeded by the task id, as
+    ToolOrchestra) for tasks that came without (benchmark loaders, files); a preset name or
+    `accuracy=1,cost=0.5` gives every training task that one vector."""
+    from orchestra.preferences import parse_preference, sample_preference
+
     spec = str(getattr(data_cfg, "preference", "sampled"))
     if spec == "sampled":
+        for t in train:
+            if not t.pref:  # an empty vector weighs nothing: every episode would score 0
+                rng = random.Random(f"pref:{getattr(data_cfg, 'seed', 0)}:{t.id}")
+                t.pref = sample_preference(rng, list(t.model_mapping))
         return train
-    from orchestra.preferences import parse_preference
-
     pref = parse_preference(spec)
     for t in train:
         t.pref = dict(pref)

@@ -16,6 +16,7 @@ from orchestra.tasks import (
     task_from_verl_row,
     to_verl_rows,
 )
+from orchestra.types import Task
 
 TIERS = {"answer-1": "gpt-5", "answer-2": "qwen3-32b", "search-1": "gpt-5-mini"}
 
@@ -155,3 +156,9 @@ def test_data_preference_fixes_training_vectors_only(train, tmp_path):
     tr, _, _ = build_task_set(SimpleNamespace(source=str(path), n_train=10, n_heldout=5, families=[], seed=0,
                                               preference="accuracy=1,cost=0.25"), TIERS)
     assert all(t.pref == {"accuracy": 1.0, "cost": 0.25} for t in tr)
+    bare = [Task.from_dict({**t.to_dict(), "pref": {}}) for t in train.tasks]  # as benchmark loaders leave them
+    path = save_tasks(bare, tmp_path / "bare.jsonl")
+    cfg = SimpleNamespace(source=str(path), n_train=10, n_heldout=5, families=[], seed=0, preference="sampled")
+    tr, _, _ = build_task_set(cfg, TIERS)
+    again, _, _ = build_task_set(cfg, TIERS)
+    assert all(t.pref.get("accuracy", 0) > 0 for t in tr) and [t.pref for t in tr] == [t.pref for t in again]
