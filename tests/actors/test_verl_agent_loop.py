@@ -103,7 +103,7 @@ def row(task, uid="u1", session=0, split="train") -> dict:
 
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
-BASE = ["experiment=cpu_tiny", "sampling.max_tokens=200", "agent.max_turns=4"]
+BASE = ["experiment=cpu_tiny", "reward=toolorchestra", "sampling.max_tokens=200", "agent.max_turns=4"]
 
 
 def test_registered_with_verl():

@@ -17,7 +17,7 @@ from orchestra.tracking import read_metrics
 
 # Small and fast: no `search` tool (its retriever embeds a corpus at start-up); the other tools are real.
 SMALL = ["zoo.tools=[enhance_reasoning,answer]", "cluster.torch_threads=1", "data.n_train=8", "data.n_heldout=4", "algo.group_size=2", "algo.prompts_per_step=2", "sft.steps=2",
-         "sft.demos=8", "sft.batch_size=8", "eval.n_tasks=4", "sampling.max_tokens=40", "agent.max_turns=2",
+         "sft.demos=8", "sft.batch_size=8", "eval.n_tasks=4", "eval.seeds=1", "sampling.max_tokens=40", "agent.max_turns=2",
          "checkpoint.every_steps=1", "checkpoint.keep=3", "log.tensorboard=false", "log.plots=false",
          "cluster.rollout_worker_cpus=0.5", "cluster.learner_cpus=0.5"]
 
