@@ -31,7 +31,7 @@ def _label(r: dict[str, Any]) -> str:
 
 
 def plot_pareto(rows: list[dict[str, Any]], path: str | Path) -> Path:
-    from orchestra.evaluate import BASELINES, frontier
+    from orchestra.evaluate import BASELINES, FIXED_ROUTERS, frontier
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
@@ -41,7 +41,7 @@ def plot_pareto(rows: list[dict[str, Any]], path: str | Path) -> Path:
         for r in group:
             ax.errorbar(r["cost_cents"], r["accuracy"], xerr=r.get("cost_cents_ci", 0), yerr=r.get("accuracy_ci", 0),
                         fmt=marker, markersize=10 if marker == "*" else 6, capsize=3, label=_label(r))
-    front = frontier([(r["cost_cents"], r["accuracy"]) for r in base])
+    front = frontier([(r["cost_cents"], r["accuracy"]) for r in base if r["policy"] in FIXED_ROUTERS])
     if len(front) > 1:
         ax.plot([c for c, _ in front], [a for _, a in front], "k--", linewidth=1, label="fixed-router frontier")
     ax.set_xlabel("mean cost per task (¢)")

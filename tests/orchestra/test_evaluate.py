@@ -70,6 +70,9 @@ def test_frontier_and_quality_figures():
     assert q["on_frontier"] == 1.0 and q["monotone"] == 1.0
     idle = [r if r["policy"] != "orchestrator" else {**r, "accuracy": 0.0, "cost_cents": 0.0} for r in rows]
     assert quality_figures(idle) == {"acc_gap": 90.0, "cost_ratio": 0.0, "on_frontier": 0.0, "monotone": 0.0}
+    # the oracle reads the recorded answers: a reference point, not part of the fixed routers' frontier
+    with_oracle = [*rows, {"policy": "oracle", "preference": "balanced", "accuracy": 1.0, "cost_cents": 0.5}]
+    assert quality_figures(with_oracle)["on_frontier"] == 1.0
 
 
 def test_baseline_scripts():
