@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestra.config import task_tiers
+
 OWN = ("checkpoint", "base", "dataset", "n", "preference", "seeds", "baselines", "out", "concurrency",
        "tool_servers")
 
@@ -68,7 +70,7 @@ def heldout_tasks(cfg: Any, dataset: str, n: int) -> tuple[list, list]:
         raise SystemExit(f"n={n} exceeds data.n_heldout={cfg.data.n_heldout}: the extra tasks could be "
                          "training tasks; raise data.n_heldout only if the policy was trained with it")
     data = dataclasses.replace(cfg.data, source=dataset or cfg.data.source, n_heldout=n, n_train=1)
-    _train, heldout, corpus = build_task_set(data, dict(cfg.zoo.tiers))
+    _train, heldout, corpus = build_task_set(data, task_tiers(cfg))
     return heldout, corpus
 
 
@@ -153,7 +155,7 @@ def build(cfg: Any, own: dict[str, str]):
     r = cfg.reward
     out = Path(own.get("out") or Path(cfg.run_dir) / "eval")
     ev = Evaluator(tok, prompter, clients, eos_token_ids(tok)[0], engines=engines,
-                   tier_cost=tier_costs(z, dict(z.tiers)), experts=experts,
+                   tier_cost=tier_costs(z, task_tiers(cfg)), experts=experts,
                    agent_kwargs={"context_mode": a.context_mode, "answer_mode": a.answer_mode,
                                  "max_turns": a.max_turns, "max_calls_per_turn": a.max_calls_per_turn,
                                  "max_context_tokens": a.max_context_tokens, "budget_usd": a.budget.usd,

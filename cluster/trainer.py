@@ -24,7 +24,7 @@ from cluster import launch
 from cluster.train import Phases, describe, run_dir
 from orchestra import checkpoint
 from orchestra.agent_loop import episode_samples
-from orchestra.config import ExperimentConfig, to_yaml
+from orchestra.config import ExperimentConfig, task_tiers, to_yaml
 from orchestra.preferences import preset
 from orchestra.tasks import build_task_set, load_corpus, load_tasks, save_corpus, save_tasks
 from orchestra.tracking import Tracker
@@ -75,8 +75,7 @@ class Trainer:
         if all(f.is_file() for f in files):  # resume: the exact same tasks as the first run
             self.train, self.heldout, corpus = load_tasks(files[0]), load_tasks(files[1]), load_corpus(files[2])
         else:
-            tiers = dict(self.cfg.data.tiers or self.cfg.zoo.tiers)
-            self.train, self.heldout, corpus = build_task_set(self.cfg.data, tiers)
+            self.train, self.heldout, corpus = build_task_set(self.cfg.data, task_tiers(self.cfg))
             pref = preset(self.cfg.eval.preference)
             for t in self.heldout:  # held-out score is absolute: one fixed preference for every task
                 t.pref = dict(pref)

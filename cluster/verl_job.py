@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from orchestra.config import ConfigError, ExperimentConfig, load_config
+from orchestra.config import ConfigError, ExperimentConfig, load_config, task_tiers
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME_ENV = ROOT / "cluster" / "runtime_env.yaml"
@@ -183,7 +183,7 @@ def stage(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> Path:
 
     out = ROOT / stage_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
-    train, heldout, _ = build_task_set(cfg.data, dict(cfg.zoo.tiers))
+    train, heldout, _ = build_task_set(cfg.data, task_tiers(cfg))
     save_verl_parquet(train, out / "train.parquet", split="train", agent_name="orchestra")
     save_verl_parquet(heldout or train[:1], out / "val.parquet", split="heldout", agent_name="orchestra")
     (out / "agent_loop.yaml").write_text(yaml.safe_dump(agent_loop_entries(orchestra_overrides), sort_keys=False))

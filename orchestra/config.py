@@ -462,5 +462,11 @@ def validate(cfg: ExperimentConfig) -> None:
              f"{cfg.zoo.name!r} (data.tiers=null offers the zoo's own tiers)")
 
 
+def task_tiers(cfg: ExperimentConfig) -> dict[str, str]:
+    """The tier -> expert mapping tasks are built with: data.tiers when set, else the zoo's own tiers.
+    Training, evaluation and the verl job must agree, or the policy meets a catalogue it never saw."""
+    return dict(cfg.data.tiers or cfg.zoo.tiers)
+
+
 def to_yaml(cfg: ExperimentConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
