@@ -92,6 +92,17 @@ def ray_clients(cfg: Any, corpus: list, seeds: list[int], tasks: list) -> dict[i
     return clients
 
 
+def policy_tokenizer(cfg: Any, own: dict[str, str]) -> Any:
+    """The checkpoint's own tokenizer when one is evaluated: the tiny tokenizer is trained on the project's text
+    and cached by its hash, so the config's tokenizer can differ from the one the policy was trained with."""
+    from orchestra.models import load_tokenizer
+
+    m = cfg.model
+    if own.get("checkpoint"):
+        return load_tokenizer(str(resolve_checkpoint(own["checkpoint"])), chat_template=m.chat_template)
+    return load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+
+
 def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
     """HF engines of the learned policies asked for: `orchestrator` (checkpoint=) and `base` (base=true)."""
     engines: dict[str, Any] = {}
@@ -118,7 +129,7 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
 def build(cfg: Any, own: dict[str, str]):
     """Everything the Evaluator needs: (evaluator, tasks, policies, preferences, seeds)."""
     from orchestra.evaluate import BASELINES, Evaluator, tier_costs
-    from orchestra.models import eos_token_ids, load_tokenizer
+    from orchestra.models import eos_token_ids
     from orchestra.preferences import PRESETS, parse_preference
     from orchestra.prompt import Prompter
     from tools.base import LocalToolClient
@@ -127,7 +138,7 @@ def build(cfg: Any, own: dict[str, str]):
     m, z, a = cfg.model, cfg.zoo, cfg.agent
     tasks, corpus = heldout_tasks(cfg, own.get("dataset", ""), int(own.get("n", cfg.eval.n_tasks)))
     seeds = list(range(int(own.get("seeds", cfg.eval.seeds))))
-    tok = load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+    tok = policy_tokenizer(cfg, own)
     prompter = Prompter(tok, a.system_prompt, a.doc_chars, a.code_chars, a.attempt_chars, a.max_observation_chars)
     if own.get("tool_servers", "false").lower() == "true":
         clients = ray_clients(cfg, corpus, seeds, tasks)
@@ -198,19 +209,19 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     from actors.rollout_worker import tau2_driver_kwargs, tau2_experts, tau2_user
     from orchestra.engine import Sampling
     from orchestra.evaluate import tier_costs
-    from orchestra.models import eos_token_ids, load_tokenizer
+    from orchestra.models import eos_token_ids
     from orchestra.preferences import parse_preference
     from orchestra.prompt import Prompter
     from orchestra.scripted import call_text, script_engine
     from orchestra.tau2.domain import load_tasks
     from orchestra.tau2.evaluation import driver_factory, run_tau2_eval, summarize_tau2
 
-    m, a, tau2 = cfg.model, cfg.agent, asdict(cfg.tau2)
+    a, tau2 = cfg.agent, asdict(cfg.tau2)
     spec = tau2_spec(cfg, own.get("dataset") or cfg.data.source)
     pref = parse_preference(own.get("preference", cfg.eval.preference))
     tasks = load_tasks(**spec, limit=int(own.get("n", cfg.eval.n_tasks)), pref=pref)
     trials = int(own.get("seeds", cfg.eval.seeds))
-    tok = load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+    tok = policy_tokenizer(cfg, own)
     prompter = Prompter(tok, a.system_prompt, a.doc_chars, a.code_chars, a.attempt_chars, a.max_observation_chars)
     eos = eos_token_ids(tok)
     experts, tiers = tau2_experts(tau2, asdict(cfg.zoo))
