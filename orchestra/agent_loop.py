@@ -144,6 +144,10 @@ class _Episode:
                 self.traj.meta["context_exhausted"] = True
                 return
             sampling = self.sampling
+            if sampling.seed is not None and turn_no:
+                # a seeded episode: each turn draws from its own stream (one seed for every turn would replay the
+                # same random numbers at every turn, so choices across turns would be correlated, not sampled)
+                sampling = Sampling(**{**sampling.__dict__, "seed": sampling.seed * 1_000_003 + turn_no})
             if sampling.max_tokens > room:
                 sampling = Sampling(**{**sampling.__dict__, "max_tokens": room})
             start = time.perf_counter()

@@ -173,6 +173,13 @@ def baseline_script(name: str, task: Task, schemas: list[dict[str, Any]], costs:
 
 
 # ---------------------------------------------------------------- running
+def episode_seed(seed: int, task_id: str) -> int:
+    """A stable 31-bit sampling seed per (evaluation seed, task); not Python's salted hash()."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"{seed}:{task_id}".encode()).digest()[:4], "big") >> 1
+
+
 def episode_key(policy: str, preference: str, seed: int, task_id: str) -> str:
     return f"{policy}|{preference}|{seed}|{task_id}"
 
@@ -232,7 +239,9 @@ class Evaluator:
             task = Task.from_dict({**task.to_dict(), "pref": dict(pref)})
         loop = AgentLoop(self._engine(policy, task, seed), self.tool_clients[seed], self.prompter,
                          **self.agent_kwargs)
-        sampling = Sampling(**{**self.sampling.__dict__, "seed": seed})
+        # one stream per (seed, task): a single seed for every task would give every episode the same random
+        # numbers, i.e. one quantile of the policy rather than samples of it (policies share it: paired runs)
+        sampling = Sampling(**{**self.sampling.__dict__, "seed": episode_seed(seed, task.id)})
         traj: Trajectory = await loop.run(task, sampling, uid=f"{policy}-{pref_name}-{seed}-{task.id}")
         correct, cost, latency, reward = False, 0.0, 0.0, 0.0
         if traj.termination != "error":
