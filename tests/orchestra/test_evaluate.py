@@ -163,3 +163,13 @@ def test_plot_training(tmp_path):
     written = plot_training(path, tmp_path / "plots")
     assert [p.name for p in written] == ["training.png", "tool_mix_steps.png"]
     assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_each_seeded_episode_draws_its_own_stream():
+    """One sampling seed per (evaluation seed, task): reusing the evaluation seed for every task would give all
+    episodes the same random numbers (one quantile of the policy, not samples of it)."""
+    from orchestra.evaluate import episode_seed
+
+    seeds = {episode_seed(s, f"t{i}") for s in range(2) for i in range(50)}
+    assert len(seeds) == 100 and all(0 <= x < 2**31 for x in seeds)
+    assert episode_seed(1, "t3") == episode_seed(1, "t3")  # stable across processes (no salted hash)
