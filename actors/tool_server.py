@@ -290,9 +290,8 @@ class RayToolClient:
         self.handles = dict(handles)
         self.timeout_s = timeout_s
         self._schemas: dict[tuple[str, str], dict[str, Any]] = {}
-        # created lazily inside the running event loop (the actor's), not in __init__
         self.max_in_flight = max_in_flight
-        self._slots: asyncio.Semaphore | None = None
+        self._slots: asyncio.Semaphore | None = None  # made on first call, inside the actor's running event loop
 
     def _key(self, name: str, task: Task) -> tuple[str, str]:
         return name, json.dumps([task.model_mapping, task.pricing], sort_keys=True, default=str)
