@@ -13,6 +13,9 @@ under the accuracy-first / balanced / cost-first / latency-first presets beside 
   RESULT quality_on_frontier=1|0   orchestrator (balanced) on or above the fixed routers' frontier
   RESULT quality_monotone=1|0      $ falls as the cost weight rises (accuracy-first >= balanced >= cost-first)
 Reports (JSON, markdown, plots) land in <run dir>/quality/. Goal (issue 6): gap <= 2 points at ratio <= 0.35.
+On replay zoos it also prints (INFO, not a RESULT) the family-router bound (orchestra/routing_bound.py): the
+best accuracy any router that knows each question's subject could reach at 35 % of the strongest's $, and
+the $ it needs to come within 2 points, on the evaluated questions and on every recorded question.
 """
 
 from __future__ import annotations
@@ -54,7 +57,37 @@ def figures(experiment: str, run_dir: Path, n: int, seeds: int, train: bool) -> 
     records = asyncio.run(ev.run(tasks, policies, prefs, seed_list))
     report = write_report(records, out, meta={"experiment": experiment, "seeds": seed_list, "n_tasks": len(tasks)})
     print((out / "report.md").read_text(), flush=True)
+    if any(e.kind == "replay" for e in cfg.zoo.experts.values()):
+        family_bound(cfg, tasks)
     return report.get("quality")
+
+
+def family_bound(cfg, heldout) -> None:
+    """INFO lines: what subject-level routing could reach on these recorded outcomes (in-sample bound)."""
+    from orchestra.config import task_tiers
+    from orchestra.routing_bound import best_accuracy_at, cheapest_reaching, family_frontier, recorded_outcomes
+    from orchestra.loaders import load
+    from tools.registry import build_experts
+
+    experts, tiers = build_experts(cfg.zoo), task_tiers(cfg)
+    tiers = {t: e for t, e in tiers.items() if t.startswith("answer")}
+    sets = [("evaluated questions", heldout)]
+    if str(cfg.data.source).startswith("loader:"):
+        _, name, path = (str(cfg.data.source).split(":", 2) + [""])[:3]
+        sets.append(("every recorded question", load(name, path, mapping=tiers).tasks))
+    for label, tasks in sets:
+        outcomes, n = recorded_outcomes(tasks, tiers, experts)
+        if not n:
+            continue
+        cost = {t: sum(f[t][0] for f in outcomes.values()) / n for t in tiers}
+        top = max(cost, key=cost.get)  # the strongest baseline's tier: the priciest
+        acc_top = sum(f[top][1] for f in outcomes.values()) / n
+        front = family_frontier(outcomes, n)
+        acc35 = best_accuracy_at(front, 0.35 * cost[top])
+        need = cheapest_reaching(front, acc_top - 0.02) / cost[top]
+        print(f"INFO family-router bound ({label}, n={n}, subjects known, in-sample): at 35% of {tiers[top]}'s $ "
+              f"accuracy <= {acc35:.3f} (gap {100 * (acc_top - acc35):.2f} points to its {acc_top:.3f}); "
+              f"coming within 2 points needs >= {need:.3f} of its $", flush=True)
 
 
 def main(argv: list[str]) -> int:

@@ -234,7 +234,8 @@ class DataConfig:
     # None (`data.tiers=null`): the zoo's own tiers.
     tiers: dict[str, str] | None = None
     # training tasks' preference vectors: `sampled` (each task's own; template tasks draw one per task, as
-    # ToolOrchestra) or one preset / `accuracy=1,cost=0.5` for every training task
+    # ToolOrchestra), one preset / `accuracy=1,cost=0.5` for every training task, or `A|B|...`: each task
+    # one of those, drawn seeded by its id
     preference: str = "sampled"
     seed: int = 0
 
@@ -452,9 +453,10 @@ def validate(cfg: ExperimentConfig) -> None:
         from orchestra.preferences import parse_preference
 
         try:
-            parse_preference(cfg.data.preference)
+            for part in cfg.data.preference.split("|"):
+                parse_preference(part)
         except ValueError as e:
-            need(False, "data.preference", f"must be `sampled`, a preset or weights: {e}")
+            need(False, "data.preference", f"must be `sampled`, a preset, weights or `A|B|...` of those: {e}")
     for tier, expert in cfg.zoo.tiers.items():
         need(expert in cfg.zoo.experts, f"zoo.tiers.{tier}", f"names unknown expert {expert!r}")
     for tier, expert in (cfg.data.tiers or {}).items():

@@ -191,17 +191,20 @@ def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None
 def _with_preference(train: list[Task], data_cfg: Any) -> list[Task]:
     """`data.preference`: `sampled` keeps each task's own vector and draws one (seeded by the task id, as
     ToolOrchestra) for tasks that came without (benchmark loaders, files); a preset name or
-    `accuracy=1,cost=0.5` gives every training task that one vector."""
+    `accuracy=1,cost=0.5` gives every training task that one vector; `A|B|...` (presets or weight strings)
+    gives each task one of them, drawn seeded by the task id, so a small policy sees a few distinct
+    trade-offs and can learn to read them from the prompt."""
     from orchestra.preferences import parse_preference, sample_preference
 
     spec = str(getattr(data_cfg, "preference", "sampled"))
+    seed = getattr(data_cfg, "seed", 0)
     if spec == "sampled":
         for t in train:
             if not t.pref:  # an empty vector weighs nothing: every episode would score 0
-                rng = random.Random(f"pref:{getattr(data_cfg, 'seed', 0)}:{t.id}")
-                t.pref = sample_preference(rng, list(t.model_mapping))
+                t.pref = sample_preference(random.Random(f"pref:{seed}:{t.id}"), list(t.model_mapping))
         return train
-    pref = parse_preference(spec)
+    choices = [parse_preference(part) for part in spec.split("|")]
     for t in train:
-        t.pref = dict(pref)
+        pick = choices[0] if len(choices) == 1 else random.Random(f"pref:{seed}:{t.id}").choice(choices)
+        t.pref = dict(pick)
     return train

@@ -143,13 +143,17 @@ class ReplayExpert(PricedExpert):
         meta.update(recorded_correct=rec.correct, answer=rec.pred or "", latency_estimated=True)
         if rec.score is not None:
             meta["recorded_score"] = rec.score
+        t_in, t_out, cost, estimated = self.priced(rec)
+        meta["estimated"] = estimated
+        return ExpertReply(rec.text, tokens_in=t_in, tokens_out=t_out, latency_s=self.latency_s,
+                           cost_usd=cost, meta=meta)
+
+    def priced(self, rec: ReplayRecord) -> tuple[int, int, float, bool]:
+        """(tokens in, tokens out, $, estimated?) of one recorded answer: as recorded where the file has
+        them, else estimated from text length and priced at this model's price."""
         if rec.tokens_in is not None and rec.tokens_out is not None:
             t_in, t_out = int(rec.tokens_in), int(rec.tokens_out)
             cost = float(rec.cost_usd) if rec.cost_usd is not None else self.cost(t_in, t_out)
-            meta["estimated"] = rec.cost_usd is None
-        else:
-            t_in, t_out = rec.prompt_chars // 4 + 1, estimate_tokens(rec.text) - 5
-            cost = self.cost(t_in, max(t_out, 0))
-            meta["estimated"] = True
-        return ExpertReply(rec.text, tokens_in=t_in, tokens_out=max(t_out, 0), latency_s=self.latency_s,
-                           cost_usd=cost, meta=meta)
+            return t_in, max(t_out, 0), cost, rec.cost_usd is None
+        t_in, t_out = rec.prompt_chars // 4 + 1, max(estimate_tokens(rec.text) - 5, 0)
+        return t_in, t_out, self.cost(t_in, t_out), True

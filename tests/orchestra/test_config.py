@@ -47,6 +47,7 @@ def test_cli_overrides_and_group_swap():
     ("data.n_train=0", "data.n_train"),
     ("agent.context_mode=chat", "agent.context_mode"),
     ("data.preference=bogus", "data.preference"),
+    ("data.preference=balanced|bogus", "data.preference"),
     ("zoo.server.client_max_in_flight=-1", "zoo.server.client_max_in_flight"),
     ("justtext", "key=value"),
 ])

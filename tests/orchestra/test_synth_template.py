@@ -162,3 +162,17 @@ def test_data_preference_fixes_training_vectors_only(train, tmp_path):
     tr, _, _ = build_task_set(cfg, TIERS)
     again, _, _ = build_task_set(cfg, TIERS)
     assert all(t.pref.get("accuracy", 0) > 0 for t in tr) and [t.pref for t in tr] == [t.pref for t in again]
+
+
+def test_data_preference_mixture_draws_one_listed_vector_per_task():
+    """data.preference=A|B|C: each training task carries one of the listed vectors, stable across builds,
+    and on 40 tasks every one of the three appears."""
+    from orchestra.preferences import preset
+
+    names = ("accuracy-first", "balanced", "cost-first")
+    cfg = SimpleNamespace(source="template", n_train=40, n_heldout=4, families=[], seed=3, preference="|".join(names))
+    tr, _, _ = build_task_set(cfg, TIERS)
+    again, _, _ = build_task_set(cfg, TIERS)
+    drawn = [next(n for n in names if t.pref == preset(n)) for t in tr]  # StopIteration: a vector not listed
+    assert set(drawn) == set(names)
+    assert [t.pref for t in tr] == [t.pref for t in again]
