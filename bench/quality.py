@@ -65,8 +65,13 @@ def figures(experiment: str, run_dir: Path, n: int, seeds: int, train: bool) -> 
 def family_bound(cfg, heldout) -> None:
     """INFO lines: what subject-level routing could reach on these recorded outcomes (in-sample bound)."""
     from orchestra.config import task_tiers
-    from orchestra.routing_bound import best_accuracy_at, cheapest_reaching, family_frontier, recorded_outcomes
     from orchestra.loaders import load
+    from orchestra.routing_bound import (
+        best_accuracy_at,
+        cheapest_reaching,
+        family_frontier,
+        recorded_outcomes,
+    )
     from tools.registry import build_experts
 
     experts, tiers = build_experts(cfg.zoo), task_tiers(cfg)
