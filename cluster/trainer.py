@@ -187,6 +187,7 @@ class Trainer:
     def sft(self) -> dict[str, float]:
         from actors.tool_server import RayToolClient
         from cluster.sft import demo_samples, sft_batches, sft_lr
+        from orchestra.evaluate import score_episode
         from orchestra.models import eos_token_ids, load_tokenizer
 
         c = self.cfg
@@ -194,8 +195,16 @@ class Trainer:
                              chat_template=c.model.chat_template)
         # Demonstrations go through the run's own tool servers: no second retriever index in the driver.
         tools = RayToolClient(self.tools, timeout_s=c.zoo.server.timeout_s)
+        r = c.reward
+
+        async def scorer(traj, task):  # used when sft.candidates > 1: the held-out score's own rubric
+            return (await score_episode(traj, task, dict(r.judges), cost_scale=r.cost_scale,
+                                        latency_scale=r.latency_scale, price_in=c.model.price_in_per_mtok,
+                                        price_out=c.model.price_out_per_mtok))[3]
+
         samples = demo_samples(self.train, tools, tok, launch.prompter_kwargs(c), launch.agent_kwargs(c),
-                               eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens)
+                               eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens,
+                               candidates=c.sft.candidates, scorer=scorer)
         metrics: list[dict[str, Any]] = []
         for i, batch in enumerate(sft_batches(samples, c.sft.steps, c.sft.batch_size, c.seed)):
             metrics.append(ray.get(self.learner.sft_update.remote(batch, lr=sft_lr(c.sft, i))))

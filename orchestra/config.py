@@ -222,6 +222,9 @@ class SFTConfig:
     min_lr_ratio: float = 0.1  # the lr decays linearly from `lr` to lr x this over the steps (1.0: constant)
     batch_size: int = 16
     demos: int = 600
+    # 1: each demonstration is one random episode (teaches the format); k > 1: the best of k random episodes
+    # under the task's preference (rejection sampling; the warm start then leans toward routes that paid off)
+    candidates: int = 1
 
 
 @dataclass
@@ -444,6 +447,7 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be toolorchestra or scalar, got {cfg.reward.rubric!r}")
     need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")
     need(cfg.cluster.num_rollout_workers >= 1, "cluster.num_rollout_workers", "must be >= 1")
+    need(cfg.sft.candidates >= 1, "sft.candidates", "must be >= 1 (1: plain random demonstrations)")
     need(cfg.zoo.server.max_concurrency >= 1, "zoo.server.max_concurrency", "must be >= 1")
     need(cfg.zoo.server.client_max_in_flight >= 0, "zoo.server.client_max_in_flight", "must be >= 0 (0: no cap)")
     need(cfg.tau2.max_errors >= 1, "tau2.max_errors", "must be >= 1")

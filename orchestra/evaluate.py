@@ -173,6 +173,26 @@ def baseline_script(name: str, task: Task, schemas: list[dict[str, Any]], costs:
 
 
 # ---------------------------------------------------------------- running
+async def score_episode(traj: Trajectory, task: Task, judges: dict[str, str], *, cost_scale: float = 0.01,
+                        latency_scale: float = 10.0, price_in: float = 0.0, price_out: float = 0.0
+                        ) -> tuple[bool, float, float, float]:
+    """(correct, $, seconds, scalar reward under task.pref) of one finished episode. Per-episode pieces of
+    reward/ rather than score_group: the scalar rubric needs no group, and score_group's advantage step
+    imports verl (seconds) for nothing here. An episode that ended in `error` is wrong, at $0, reward 0."""
+    from reward.cost import episode_cost, episode_latency
+    from reward.judges import judge, judge_for
+    from reward.rubric import scalar_reward
+
+    if traj.termination == "error":
+        return False, 0.0, 0.0, 0.0
+    gold = [task.answer] + [str(a) for a in task.meta.get("answer_aliases", [])]
+    verdict = await judge(judge_for(task.data_source, judges), traj.answer, gold, task.problem)
+    cost = episode_cost(traj, price_in, price_out).total_usd
+    latency = episode_latency(traj)
+    reward = scalar_reward(verdict.correct, cost, latency, traj.tool_counts, task.pref, cost_scale, latency_scale)
+    return verdict.correct, cost, latency, reward.value
+
+
 def episode_seed(seed: int, task_id: str) -> int:
     """A stable 31-bit sampling seed per (evaluation seed, task); not Python's salted hash()."""
     import hashlib
@@ -229,12 +249,6 @@ class Evaluator:
 
     async def _episode(self, policy: str, pref_name: str, pref: dict[str, float] | None, seed: int,
                        task: Task) -> dict[str, Any]:
-        # Per-episode pieces of reward/ rather than score_group: the scalar rubric needs no group, and
-        # score_group's advantage step imports verl (seconds) for nothing here.
-        from reward.cost import episode_cost, episode_latency
-        from reward.judges import judge, judge_for
-        from reward.rubric import scalar_reward
-
         if pref is not None:
             task = Task.from_dict({**task.to_dict(), "pref": dict(pref)})
         loop = AgentLoop(self._engine(policy, task, seed), self.tool_clients[seed], self.prompter,
@@ -243,15 +257,9 @@ class Evaluator:
         # numbers, i.e. one quantile of the policy rather than samples of it (policies share it: paired runs)
         sampling = Sampling(**{**self.sampling.__dict__, "seed": episode_seed(seed, task.id)})
         traj: Trajectory = await loop.run(task, sampling, uid=f"{policy}-{pref_name}-{seed}-{task.id}")
-        correct, cost, latency, reward = False, 0.0, 0.0, 0.0
-        if traj.termination != "error":
-            gold = [task.answer] + [str(a) for a in task.meta.get("answer_aliases", [])]
-            verdict = await judge(judge_for(task.data_source, self.judges), traj.answer, gold, task.problem)
-            correct = verdict.correct
-            cost = episode_cost(traj, self.price_in, self.price_out).total_usd
-            latency = episode_latency(traj)
-            reward = scalar_reward(correct, cost, latency, traj.tool_counts, task.pref, self.cost_scale,
-                                   self.latency_scale).value
+        correct, cost, latency, reward = await score_episode(
+            traj, task, self.judges, cost_scale=self.cost_scale, latency_scale=self.latency_scale,
+            price_in=self.price_in, price_out=self.price_out)
         return {"policy": policy, "preference": pref_name, "seed": seed, "task_id": task.id,
                 "data_source": task.data_source, "family": task.meta.get("family"), "correct": bool(correct),
                 "reward": float(reward), "cost_usd": float(cost), "latency_s": float(latency),

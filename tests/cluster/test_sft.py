@@ -1,0 +1,54 @@
+"""SFT demonstrations (cluster/sft.py): plain random episodes, and rejection sampling (sft.candidates > 1)
+keeping the best-scoring of k random episodes per demonstration, ties to the earliest."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from fakes import ByteTokenizer
+
+from cluster.sft import demo_samples
+from orchestra.synth.template import generate_tasks
+
+TARGET = "answer-math-2"
+
+
+@pytest.fixture(scope="module")
+def setup():
+    from orchestra.config import load_config
+    from tools.base import LocalToolClient
+    from tools.registry import build_tools
+
+    zoo = load_config().zoo
+    tasks = generate_tasks(6, 2, split="train", mapping=zoo.tiers).tasks
+    tools = LocalToolClient(build_tools(dataclasses.replace(zoo, seed=0), names=["answer"]))
+    return tasks, tools, ByteTokenizer()
+
+
+def _tiers(samples, tok):
+    return [re.search(r"answer-[a-z0-9-]+", tok.decode(s.response_ids)).group(0) for s in samples]
+
+
+def test_best_of_k_keeps_the_top_scoring_episode(setup):
+    tasks, tools, tok = setup
+    seen: dict[str, list[str]] = {}
+
+    async def scorer(traj, task):  # prefers one tier; records every candidate it was shown
+        tier = re.search(r"answer-[a-z0-9-]+", traj.turns[-1].text).group(0)
+        demo, k = traj.uid.rsplit("-", 1)
+        seen.setdefault(demo, [None] * 8)[int(k)] = tier
+        return 1.0 if tier == TARGET else 0.0
+
+    kw = dict(prompter_kwargs={}, agent_kwargs={"max_turns": 1}, eos_ids=[tok.eos_token_id], n=12, seed=3)
+    kept = _tiers(demo_samples(tasks, tools, tok, candidates=8, scorer=scorer, **kw), tok)
+    assert len(kept) == 12 and len(seen) == 12 and all(None not in c for c in seen.values())
+    order = sorted(seen, key=lambda d: int(d.split("-")[1]))
+    # the target when any candidate had it, else the first candidate (every other one scored the same)
+    assert kept == [TARGET if TARGET in seen[d] else seen[d][0] for d in order]
+    assert kept.count(TARGET) >= 6  # (5/6)^8 = 23 % of demos lack it in expectation
+    plain = _tiers(demo_samples(tasks, tools, tok, **kw), tok)
+    assert plain == [seen[d][0] for d in order]  # candidate 0 is the plain demonstration: same draws
+    with pytest.raises(ValueError, match="scorer"):
+        demo_samples(tasks, tools, tok, candidates=2, **kw)
