@@ -193,6 +193,9 @@ class RewardConfig:
     judge_expert: str = ""  # expert used by the `llm` judge
     group_deadline_s: float = 300.0
     failure_reward: float = 0.0
+    # scalar rubric, training only: subtracted from an episode that ended without an answer (held-out scores
+    # stay the plain rubric); > 0 keeps cost-heavy preferences from teaching "never answer"
+    unanswered_penalty: float = 0.0
     count_generation_latency: bool = False
 
 
@@ -443,6 +446,7 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.agent.max_turns >= 1, "agent.max_turns", "must be >= 1")
     need(cfg.engine.kind in ("hf", "vllm") or ":" in cfg.engine.kind, "engine.kind",
          f"must be hf, vllm or package.module:factory, got {cfg.engine.kind!r}")
+    need(cfg.reward.unanswered_penalty >= 0, "reward.unanswered_penalty", "must be >= 0 (it is subtracted)")
     need(cfg.reward.rubric in ("toolorchestra", "scalar"), "reward.rubric",
          f"must be toolorchestra or scalar, got {cfg.reward.rubric!r}")
     need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")

@@ -9,7 +9,10 @@
   REWARDS spending more unless P_cost is made negative. We negate cost and latency before normalising, so
   larger is always better and a positive P_cost / P_latency means "I want it cheap / fast".
 `scalar` (per episode, no group; verl's compute_score and serving):
-  R = P_acc·r − P_cost·$/cost_scale − P_lat·s/latency_scale + Σ_t P_t·m_t.
+  R = P_acc·r − P_cost·$/cost_scale − P_lat·s/latency_scale + Σ_t P_t·m_t  [− unanswered_penalty].
+  The optional last term (training only; `reward.unanswered_penalty`) is charged when the episode ended without
+  an answer: otherwise an ill-formed episode costs nothing and scores like a free wrong answer, and a policy
+  pushed by a cost-heavy preference can drift into never answering, where every group is flat and RL stops.
 Every Reward carries `terms` (one entry per weighted feature; they sum to `value`) and `features` (the raw
 values), so each number is traceable. Advantages live in reward/advantages.py; judging in reward/judges.py.
 """
@@ -89,8 +92,10 @@ def toolorchestra_group(trajs: Sequence[Trajectory], correct: Sequence[bool], co
 
 
 def scalar_reward(correct: bool, cost_usd: float, latency_s: float, tool_counts: dict[str, int],
-                  pref: dict[str, float], cost_scale: float = 0.01, latency_scale: float = 10.0) -> Reward:
-    """R = P_acc·r − P_cost·$/cost_scale − P_lat·s/latency_scale + Σ_t P_t·m_t (missing weights are 0)."""
+                  pref: dict[str, float], cost_scale: float = 0.01, latency_scale: float = 10.0, *,
+                  answered: bool = True, unanswered_penalty: float = 0.0) -> Reward:
+    """R = P_acc·r − P_cost·$/cost_scale − P_lat·s/latency_scale + Σ_t P_t·m_t (missing weights are 0),
+    minus `unanswered_penalty` when the episode gave no answer."""
     if not (cost_scale > 0 and latency_scale > 0):
         raise ValueError(f"cost_scale and latency_scale must be > 0, got {cost_scale} and {latency_scale}")
     pref = check_preference(pref)
@@ -102,6 +107,8 @@ def scalar_reward(correct: bool, cost_usd: float, latency_s: float, tool_counts:
     for k in sorted(pref):
         if k.startswith("tool:"):
             terms[k] = pref[k] * feats.get(k, 0.0)
+    if unanswered_penalty and not answered:
+        terms["unanswered"] = -float(unanswered_penalty)
     return Reward(value=sum(terms.values()), terms=terms, correct=bool(correct), features=feats)
 
 

@@ -78,7 +78,7 @@ async def score_group(trajs: Sequence[Trajectory], tasks: Task | Sequence[Task],
                       judges: dict[str, str] | None = None, min_std: float = 0.1, clip: float = 3.0,
                       cost_scale: float = 0.01, latency_scale: float = 10.0, price_in: float = 0.0,
                       price_out: float = 0.0, count_generation: bool = False, failure_reward: float = 0.0,
-                      llm: LLMJudge | None = None, f1_threshold: float = 0.5,
+                      unanswered_penalty: float = 0.0, llm: LLMJudge | None = None, f1_threshold: float = 0.5,
                       math_timeout_s: float = 10.0) -> list[Scored]:
     """Score episodes; members sharing a `uid` form a group (the toolorchestra rubric needs one P per group:
     the first member's task's). `tasks` is one Task for all, or one per trajectory. Sets `traj.correct`."""
@@ -126,7 +126,8 @@ async def score_group(trajs: Sequence[Trajectory], tasks: Task | Sequence[Task],
         else:
             for i in ok:
                 rewards[i] = scalar_reward(verdicts[i].correct, costs[i].total_usd, latencies[i],
-                                           trajs[i].tool_counts, tasks[i].pref, cost_scale, latency_scale)
+                                           trajs[i].tool_counts, tasks[i].pref, cost_scale, latency_scale,
+                                           answered=trajs[i].terminated, unanswered_penalty=unanswered_penalty)
     values = [rewards[i].value if i in rewards else float(failure_reward) for i in range(n)]
 
     advantages = [0.0] * n

@@ -48,6 +48,8 @@ def test_cli_overrides_and_group_swap():
     ("agent.context_mode=chat", "agent.context_mode"),
     ("data.preference=bogus", "data.preference"),
     ("data.preference=balanced|bogus", "data.preference"),
+    ("reward.unanswered_penalty=-1", "reward.unanswered_penalty"),
+    ("sft.candidates=0", "sft.candidates"),
     ("zoo.server.client_max_in_flight=-1", "zoo.server.client_max_in_flight"),
     ("justtext", "key=value"),
 ])

@@ -70,6 +70,21 @@ async def test_scalar_group_that_differs_only_by_noise_is_dropped(episode):
     assert [s.advantage for s in big] == pytest.approx([0.5, 0.0, -0.5]) and not any(s.dropped for s in big)
 
 
+async def test_unanswered_penalty_ranks_no_answer_below_a_cheap_wrong_one(episode):
+    """Without the penalty a malformed episode (no answer, $0) outscores a cheap wrong answer; with it, not.
+    The term is listed and the terms still sum to the reward."""
+    trajs = [episode(uid="f", answer="0.5", charges=[("e", 0.001, 0.0)]),
+             episode(uid="f", answer="0.7", charges=[("e", 0.001, 0.0)]),
+             episode(uid="f", answer=None, termination="max_turns")]
+    plain = await score_group(trajs, [_task()] * 3, rubric="scalar", cost_scale=0.01)
+    assert [s.reward for s in plain] == pytest.approx([0.95, -0.05, 0.0])
+    out = await score_group(trajs, [_task()] * 3, rubric="scalar", cost_scale=0.01, unanswered_penalty=0.5)
+    assert [s.reward for s in out] == pytest.approx([0.95, -0.05, -0.5])
+    assert out[2].terms["unanswered"] == -0.5 and sum(out[2].terms.values()) == pytest.approx(-0.5)
+    assert "unanswered" not in out[1].terms
+    assert out[2].advantage < out[1].advantage < out[0].advantage
+
+
 async def test_bad_rubric_is_a_clear_error(episode):
     with pytest.raises(ValueError, match="unknown rubric"):
         await score_group([episode()], _task(), rubric="fancy")
