@@ -57,42 +57,59 @@ def figures(experiment: str, run_dir: Path, n: int, seeds: int, train: bool) -> 
     records = asyncio.run(ev.run(tasks, policies, prefs, seed_list))
     report = write_report(records, out, meta={"experiment": experiment, "seeds": seed_list, "n_tasks": len(tasks)})
     print((out / "report.md").read_text(), flush=True)
-    if any(e.kind == "replay" for e in cfg.zoo.experts.values()):
-        family_bound(cfg, tasks)
+    family_bounds(cfg, ev, tasks, seed_list, report)
     return report.get("quality")
 
 
-def family_bound(cfg, heldout) -> None:
-    """INFO lines: what subject-level routing could reach on these recorded outcomes (in-sample bound)."""
-    from orchestra.config import task_tiers
-    from orchestra.loaders import load
-    from orchestra.routing_bound import (
-        best_accuracy_at,
-        cheapest_reaching,
-        family_frontier,
-        recorded_outcomes,
-    )
-    from tools.registry import build_experts
+def _bound_line(label: str, outcomes: dict, n: int, ref: str, ref_acc: float, ref_usd: float) -> None:
+    from orchestra.routing_bound import best_accuracy_at, cheapest_reaching, family_frontier
 
-    experts, tiers = build_experts(cfg.zoo), task_tiers(cfg)
-    tiers = {t: e for t, e in tiers.items() if t.startswith("answer")}
-    sets = [("evaluated questions", heldout)]
-    if str(cfg.data.source).startswith("loader:"):
-        _, name, path = (str(cfg.data.source).split(":", 2) + [""])[:3]
-        sets.append(("every recorded question", load(name, path, mapping=tiers).tasks))
-    for label, tasks in sets:
-        outcomes, n = recorded_outcomes(tasks, tiers, experts)
-        if not n:
-            continue
-        cost = {t: sum(f[t][0] for f in outcomes.values()) / n for t in tiers}
-        top = max(cost, key=cost.get)  # the strongest baseline's tier: the priciest
-        acc_top = sum(f[top][1] for f in outcomes.values()) / n
-        front = family_frontier(outcomes, n)
-        acc35 = best_accuracy_at(front, 0.35 * cost[top])
-        need = cheapest_reaching(front, acc_top - 0.02) / cost[top]
-        print(f"INFO family-router bound ({label}, n={n}, subjects known, in-sample): at 35% of {tiers[top]}'s $ "
-              f"accuracy <= {acc35:.3f} (gap {100 * (acc_top - acc35):.2f} points to its {acc_top:.3f}); "
-              f"coming within 2 points needs >= {need:.3f} of its $", flush=True)
+    front = family_frontier(outcomes, n)
+    acc35 = best_accuracy_at(front, 0.35 * ref_usd)
+    need = cheapest_reaching(front, ref_acc - 0.02) / ref_usd
+    print(f"INFO family-router bound ({label}, n={n}, in-sample): at 35% of {ref}'s $ accuracy <= {acc35:.3f} "
+          f"(gap {100 * (ref_acc - acc35):.2f} points to its {ref_acc:.3f}); coming within 2 points needs "
+          f">= {need:.3f} of its $", flush=True)
+
+
+def family_bounds(cfg, ev, heldout, seeds, report) -> None:
+    """INFO lines: what routers that pick one route per task family (MMLU-Pro: subject) could reach here,
+    chosen after seeing the outcomes (orchestra/routing_bound.py): recorded outcomes on replay zoos (the
+    evaluated questions and every recorded one); every one- and two-call plan, run, where the catalogue
+    has more tools than `answer`."""
+    import copy
+
+    from orchestra.config import task_tiers
+    from orchestra.routing_bound import outcomes_of_episodes, plan_scripts, recorded_outcomes
+
+    if any(e.kind == "replay" for e in cfg.zoo.experts.values()):
+        from orchestra.loaders import load
+        from tools.registry import build_experts
+
+        experts = build_experts(cfg.zoo)
+        tiers = {t: e for t, e in task_tiers(cfg).items() if t.startswith("answer")}
+        sets = [("recorded outcomes, evaluated questions", heldout)]
+        if str(cfg.data.source).startswith("loader:"):
+            _, name, path = (str(cfg.data.source).split(":", 2) + [""])[:3]
+            sets.append(("recorded outcomes, every question", load(name, path, mapping=tiers).tasks))
+        for label, tasks in sets:
+            outcomes, n = recorded_outcomes(tasks, tiers, experts)
+            if n:
+                cost = {t: sum(f[t][0] for f in outcomes.values()) / n for t in tiers}
+                top = max(cost, key=cost.get)  # the strongest baseline's tier: the priciest
+                _bound_line(label, outcomes, n, tiers[top], sum(f[top][1] for f in outcomes.values()) / n, cost[top])
+    schemas = ev.tool_clients[seeds[0]].schemas(heldout[0])
+    strongest = next((r for r in report.get("rows", []) if r["policy"] == "strongest"), None)
+    if len(schemas) < 2 or strongest is None:
+        return
+    plans = plan_scripts(schemas)
+    print(f"[bound] running {len(plans)} fixed plans x {len(heldout)} tasks x {len(seeds)} seeds ...", flush=True)
+    runner = copy.copy(ev)
+    runner.scripts, runner.results_path = plans, None
+    records = asyncio.run(runner.run(heldout, list(plans), {cfg.eval.preference: None}, seeds))
+    outcomes, n = outcomes_of_episodes(records)
+    _bound_line("fixed plans per family, evaluated tasks", outcomes, n, "strongest", strongest["accuracy"],
+                strongest["cost_cents"] / 100)
 
 
 def main(argv: list[str]) -> int:

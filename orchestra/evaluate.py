@@ -221,16 +221,17 @@ class Evaluator:
     """Runs (policy, preference, seed, task) episodes concurrently and scores them.
 
     tool_clients: seed -> ToolClient (a LocalToolClient over build_tools, or Ray tool-server clients).
-    engines: policy name -> Engine shared by all its episodes (orchestrator, base); baselines need none."""
+    engines: policy name -> Engine shared by all its episodes (orchestrator, base); baselines need none.
+    scripts: policy name -> fixed tool-call texts played on every task (e.g. one plan of a family router)."""
 
     def __init__(self, tokenizer: Any, prompter: Prompter, tool_clients: dict[int, Any], eos_token_id: int, *,
                  engines: dict[str, Engine] | None = None, tier_cost: dict[str, float] | None = None,
                  experts: dict[str, Any] | None = None, agent_kwargs: dict[str, Any] | None = None,
                  sampling: Sampling | None = None, judges: dict[str, str] | None = None, cost_scale: float = 0.01,
                  latency_scale: float = 10.0, price_in: float = 0.0, price_out: float = 0.0, concurrency: int = 16,
-                 results_path: str | Path | None = None):
+                 results_path: str | Path | None = None, scripts: dict[str, list[str]] | None = None):
         self.tok, self.prompter, self.tool_clients, self.eos = tokenizer, prompter, tool_clients, eos_token_id
-        self.engines = dict(engines or {})
+        self.engines, self.scripts = dict(engines or {}), dict(scripts or {})
         self.tier_cost, self.experts = dict(tier_cost or {}), experts
         self.agent_kwargs = dict(agent_kwargs or {})
         self.sampling = sampling or Sampling(temperature=0.0)
@@ -243,6 +244,8 @@ class Evaluator:
     def _engine(self, policy: str, task: Task, seed: int) -> Engine:
         if policy in self.engines:
             return self.engines[policy]
+        if policy in self.scripts:
+            return script_engine(self.tok, self.scripts[policy], self.eos)
         schemas = self.tool_clients[seed].schemas(task)
         script = baseline_script(policy, task, schemas, self.tier_cost, seed, self.experts)
         return script_engine(self.tok, script, self.eos)

@@ -7,6 +7,11 @@ routers form a concave frontier of (mean $, accuracy) points: per family, the up
 falling accuracy-per-$ (the Minkowski sum of the family hulls). The families are assigned after looking at
 the answers, so this is an in-sample upper bound for subject-aware routing, not a deployable router; the
 gap between it and the oracle router is what only per-question knowledge can buy.
+
+Where outcomes are not recorded (simulated zoos, multi-step routes), `plan_scripts` lists every fixed plan
+(`answer` with each tier, alone or after one call of another tool with each of its tiers); running each plan
+on the tasks (orchestra.evaluate.Evaluator's `scripts`) and passing the episodes to `outcomes_of_episodes`
+gives the same frontier over family -> plan routers.
 """
 
 from __future__ import annotations
@@ -73,6 +78,36 @@ def cheapest_reaching(front: list[tuple[float, float]], accuracy: float) -> floa
         if a0 <= accuracy <= a1:
             return c0 + (c1 - c0) * (accuracy - a0) / (a1 - a0)
     return float("inf")
+
+
+def plan_scripts(schemas: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Plan name -> tool-call texts: `answer` with each tier, alone or after one call of another tool."""
+    from orchestra.scripted import call_text, tiers_of
+
+    by_name = {s.get("function", s).get("name"): tiers_of(s) for s in schemas}
+    out: dict[str, list[str]] = {}
+    for answer in by_name.get("answer", []):
+        final = call_text("answer", {"model": answer})
+        out[answer] = [final]
+        for tool, tiers in sorted(by_name.items()):
+            for tier in tiers if tool != "answer" else []:
+                out[f"{tier}+{answer}"] = [call_text(tool, {"model": tier}), final]
+    return out
+
+
+def outcomes_of_episodes(records: Iterable[dict[str, Any]]) -> tuple[dict, int]:
+    """(outcomes[family][policy] = (Σ$, Σcorrect), episodes per policy) from evaluator records."""
+    out: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    per_policy: dict[str, int] = defaultdict(int)
+    for r in records:
+        acc = out[str(r.get("family") or "all")][r["policy"]]
+        acc[0] += float(r["cost_usd"])
+        acc[1] += float(r["correct"])
+        per_policy[r["policy"]] += 1
+    counts = set(per_policy.values())
+    if len(counts) > 1:
+        raise ValueError(f"policies ran different numbers of episodes: {dict(per_policy)}")
+    return {f: {p: (v[0], v[1]) for p, v in pol.items()} for f, pol in out.items()}, counts.pop() if counts else 0
 
 
 def recorded_outcomes(tasks: Iterable[Any], tiers: dict[str, str], experts: dict[str, Any]) -> tuple[dict, int]:

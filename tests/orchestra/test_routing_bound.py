@@ -8,7 +8,15 @@ import random
 
 import pytest
 
-from orchestra.routing_bound import best_accuracy_at, cheapest_reaching, family_frontier, recorded_outcomes
+from orchestra.routing_bound import (
+    best_accuracy_at,
+    cheapest_reaching,
+    family_frontier,
+    outcomes_of_episodes,
+    plan_scripts,
+    recorded_outcomes,
+)
+from orchestra.synth.template import generate_tasks
 
 
 def test_hand_computed_two_families():
@@ -65,3 +73,26 @@ def test_mmlu_pro_replay_records(shared_data):
     assert front[-1][1] == pytest.approx(best)  # the top is every subject's most accurate model
     pro = sum(tiers["answer-1"][1] for tiers in outcomes.values()) / n
     assert round(pro, 3) == 0.702 and best > pro  # flash beats pro on math and chemistry
+
+
+def test_plan_scripts_and_outcomes_of_episodes():
+    from orchestra.config import load_config
+    from orchestra.scripted import call_text
+    from tools.base import LocalToolClient
+    from tools.registry import build_tools
+
+    zoo = load_config().zoo
+    task = generate_tasks(1, 0, split="heldout", mapping=zoo.tiers).tasks[0]
+    plans = plan_scripts(LocalToolClient(build_tools(zoo)).schemas(task))
+    # sim zoo: 6 answer tiers, alone or after one of 3 search or 3 reasoner tiers
+    assert len(plans) == 6 * (1 + 3 + 3)
+    assert plans["answer-4"] == [call_text("answer", {"model": "answer-4"})]
+    assert plans["search-3+answer-2"] == [call_text("search", {"model": "search-3"}),
+                                          call_text("answer", {"model": "answer-2"})]
+    recs = [{"policy": p, "family": f, "cost_usd": c, "correct": k}
+            for p, f, c, k in [("a", "x", 0.1, True), ("a", "y", 0.2, False), ("b", "x", 0.3, True),
+                               ("b", "y", 0.4, True)]]
+    outcomes, n = outcomes_of_episodes(recs)
+    assert n == 2 and outcomes == {"x": {"a": (0.1, 1.0), "b": (0.3, 1.0)}, "y": {"a": (0.2, 0.0), "b": (0.4, 1.0)}}
+    with pytest.raises(ValueError, match="different numbers"):
+        outcomes_of_episodes(recs[:3])
