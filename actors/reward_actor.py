@@ -59,8 +59,8 @@ class RewardActor:
                  clip: float = 3.0, cost_scale: float = 0.01, latency_scale: float = 10.0,
                  orchestrator_price_in: float = 0.0, orchestrator_price_out: float = 0.0,
                  count_generation_latency: bool = False, group_deadline_s: float = 300.0,
-                 failure_reward: float = 0.0, unanswered_penalty: float = 0.0, judge_base_url: str = "", judge_model: str = "",
-                 judge_api_key_env: str = "", judge_timeout_s: float = 60.0, judge_max_concurrency: int = 16,
+                 failure_reward: float = 0.0, unanswered_penalty: float = 0.0, judge_base_url: str = "",
+                 judge_model: str = "", judge_api_key_env: str = "", judge_timeout_s: float = 60.0, judge_max_concurrency: int = 16,
                  f1_threshold: float = 0.5, math_timeout_s: float = 10.0, score_timeout_s: float = 600.0):
         if rubric not in RUBRICS:
             raise ValueError(f"rubric must be one of {RUBRICS}, got {rubric!r}")
@@ -76,8 +76,8 @@ class RewardActor:
         self.score_kw = dict(rubric=rubric, judges=self.judges, min_std=min_std, clip=clip, cost_scale=cost_scale,
                              latency_scale=latency_scale, price_in=orchestrator_price_in,
                              price_out=orchestrator_price_out, count_generation=count_generation_latency,
-                             failure_reward=self.failure_reward, unanswered_penalty=unanswered_penalty, llm=self.llm, f1_threshold=f1_threshold,
-                             math_timeout_s=math_timeout_s)
+                             failure_reward=self.failure_reward, unanswered_penalty=unanswered_penalty,
+                             llm=self.llm, f1_threshold=f1_threshold, math_timeout_s=math_timeout_s)
         self._groups: dict[str, _Group] = {}
         self._late: dict[str, int] = {}  # uid -> members still missing from a group scored by its deadline
         self._tasks: set[asyncio.Task] = set()  # keep scoring/timer tasks referenced until they finish

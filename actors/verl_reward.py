@@ -63,7 +63,8 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
         gold, question, pref = [str(ground_truth)], "", dict(info.get("pref") or {"accuracy": 1.0})
     verdict = await judge(judge_for(data_source, s["judges"]), _answer(solution_str, info), gold, question)
     r = scalar_reward(verdict.correct, out["cost_usd"], out["latency_s"], dict(info.get("tool_counts") or {}),
-                      pref, s["cost_scale"], s["latency_scale"], answered=info.get("termination", "answered") == "answered",
+                      pref, s["cost_scale"], s["latency_scale"],
+                      answered=info.get("termination", "answered") == "answered",
                       unanswered_penalty=s["unanswered_penalty"])
     out.update(score=float(r.value), acc=float(verdict.correct), term_accuracy=r.terms.get("accuracy", 0.0),
                term_cost=r.terms.get("cost", 0.0), term_latency=r.terms.get("latency", 0.0),

@@ -13,9 +13,10 @@ under the accuracy-first / balanced / cost-first / latency-first presets beside 
   RESULT quality_on_frontier=1|0   orchestrator (balanced) on or above the fixed routers' frontier
   RESULT quality_monotone=1|0      $ falls as the cost weight rises (accuracy-first >= balanced >= cost-first)
 Reports (JSON, markdown, plots) land in <run dir>/quality/. Goal (issue 6): gap <= 2 points at ratio <= 0.35.
-On replay zoos it also prints (INFO, not a RESULT) the family-router bound (orchestra/routing_bound.py): the
-best accuracy any router that knows each question's subject could reach at 35 % of the strongest's $, and
-the $ it needs to come within 2 points, on the evaluated questions and on every recorded question.
+It also prints (INFO, not a RESULT) the family-router bound (orchestra/routing_bound.py): the best accuracy a
+router that picks one route per task family (MMLU-Pro: subject), chosen in hindsight, could reach at 35 % of
+the strongest's $, and the $ it needs to come within 2 points — from recorded outcomes on replay zoos (the
+evaluated questions and every recorded one), from running every one- and two-call plan elsewhere.
 """
 
 from __future__ import annotations

@@ -192,8 +192,8 @@ def _with_preference(train: list[Task], data_cfg: Any) -> list[Task]:
     """`data.preference`: `sampled` keeps each task's own vector and draws one (seeded by the task id, as
     ToolOrchestra) for tasks that came without (benchmark loaders, files); a preset name or
     `accuracy=1,cost=0.5` gives every training task that one vector; `A|B|...` (presets or weight strings)
-    gives each task one of them, drawn seeded by the task id, so a small policy sees a few distinct
-    trade-offs and can learn to read them from the prompt."""
+    gives each task one of them, drawn seeded by the task id, so training covers exactly the trade-offs an
+    evaluation compares."""
     from orchestra.preferences import parse_preference, sample_preference
 
     spec = str(getattr(data_cfg, "preference", "sampled"))
