@@ -173,3 +173,17 @@ def test_each_seeded_episode_draws_its_own_stream():
     seeds = {episode_seed(s, f"t{i}") for s in range(2) for i in range(50)}
     assert len(seeds) == 100 and all(0 <= x < 2**31 for x in seeds)
     assert episode_seed(1, "t3") == episode_seed(1, "t3")  # stable across processes (no salted hash)
+
+
+def test_scripted_plans_run_on_every_task(sim_setup):
+    """Evaluator(scripts=...): a named fixed plan is played on each task, as the family-router bound runs them."""
+    zoo, tasks, clients = sim_setup
+    tok = ByteTokenizer()
+    plans = {"math-7b": [call_text("answer", model="answer-math-2")], "gpt-5": [call_text("answer", model="answer-1")]}
+    ev = Evaluator(tok, Prompter(tok), clients, tok.eos_token_id, scripts=plans, agent_kwargs={"max_turns": 2})
+    recs = asyncio.run(ev.run(tasks, list(plans), {"balanced": None}, [0]))
+    assert len(recs) == 2 * len(tasks) and all(r["termination"] == "answered" for r in recs)
+    for r in recs:
+        assert r["tool_counts"] == {"answer-math-2" if r["policy"] == "math-7b" else "answer-1": 1}
+    cost = {p: sum(r["cost_usd"] for r in recs if r["policy"] == p) for p in plans}
+    assert cost["gpt-5"] > 10 * cost["math-7b"] > 0
