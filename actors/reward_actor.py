@@ -60,7 +60,8 @@ class RewardActor:
                  orchestrator_price_in: float = 0.0, orchestrator_price_out: float = 0.0,
                  count_generation_latency: bool = False, group_deadline_s: float = 300.0,
                  failure_reward: float = 0.0, unanswered_penalty: float = 0.0, judge_base_url: str = "",
-                 judge_model: str = "", judge_api_key_env: str = "", judge_timeout_s: float = 60.0, judge_max_concurrency: int = 16,
+                 judge_model: str = "", judge_api_key_env: str = "", judge_timeout_s: float = 60.0,
+                 judge_max_concurrency: int = 16,
                  f1_threshold: float = 0.5, math_timeout_s: float = 10.0, score_timeout_s: float = 600.0):
         if rubric not in RUBRICS:
             raise ValueError(f"rubric must be one of {RUBRICS}, got {rubric!r}")

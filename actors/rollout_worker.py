@@ -49,15 +49,10 @@ class RolloutWorker:
                  engine_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], prompter_kwargs: dict[str, Any],
                  tool_handles: dict[str, Any] | None = None, zoo: dict[str, Any] | None = None,
                  corpus_path: str = "", tool_timeout_s: float = 60.0, tool_max_in_flight: int = 0,
-                 reward_actor: Any = None,
-                 torch_threads: int = 0,
-                 tau2: dict[str, Any] | None = None):
-        from orchestra.models import eos_token_ids, load_policy
+                 reward_actor: Any = None, torch_threads: int = 0, tau2: dict[str, Any] | None = None):
+        from orchestra.models import eos_token_ids, load_policy, set_torch_threads
 
-        if torch_threads > 0:  # see cluster/launch.set_threads
-            import torch
-
-            torch.set_num_threads(torch_threads)
+        set_torch_threads(torch_threads)
         self.worker_id = worker_id
         model, self.tokenizer = load_policy(model_name, **model_kwargs)
         self.engine = build_engine(model, self.tokenizer, engine_kind, engine_kwargs)

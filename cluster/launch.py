@@ -112,24 +112,15 @@ def judge_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
             "judge_timeout_s": e.timeout_s}
 
 
-def set_threads(n: int) -> None:
-    """Ray gives each worker OMP_NUM_THREADS = its num_cpus (at least 1); learner and rollout phases alternate
-    on a small machine, so each may use every core while it runs (cluster.torch_threads)."""
-    if n > 0:
-        import torch
-
-        torch.set_num_threads(n)
-
-
 class LearnerProcess:
     """The learner as an actor: builds its policy from config inside its own process (a model is never
     pickled from the driver) and takes samples as plain dicts from the object store."""
 
     def __init__(self, cfg: ExperimentConfig):
         from actors.learner import Learner
-        from orchestra.models import load_policy_from_config
+        from orchestra.models import load_policy_from_config, set_torch_threads
 
-        set_threads(cfg.cluster.torch_threads)
+        set_torch_threads(cfg.cluster.torch_threads)
         model, tokenizer = load_policy_from_config(cfg.model, seed=cfg.seed)
         self.learner = Learner.from_config(cfg, model, tokenizer=tokenizer)
 

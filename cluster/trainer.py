@@ -187,8 +187,8 @@ class Trainer:
     def sft(self) -> dict[str, float]:
         from actors.tool_server import RayToolClient
         from cluster.sft import demo_samples, sft_batches, sft_lr
-        from orchestra.evaluate import score_episode
         from orchestra.models import eos_token_ids, load_tokenizer
+        from reward.score import score_episode
 
         c = self.cfg
         tok = load_tokenizer(c.model.name, tiny=c.model.tiny, cache_dir=c.model.cache_dir,

@@ -447,6 +447,8 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.engine.kind in ("hf", "vllm") or ":" in cfg.engine.kind, "engine.kind",
          f"must be hf, vllm or package.module:factory, got {cfg.engine.kind!r}")
     need(cfg.reward.unanswered_penalty >= 0, "reward.unanswered_penalty", "must be >= 0 (it is subtracted)")
+    need(cfg.reward.unanswered_penalty == 0 or cfg.reward.rubric == "scalar", "reward.unanswered_penalty",
+         "is a term of the scalar rubric only; set reward=scalar or leave it 0")
     need(cfg.reward.rubric in ("toolorchestra", "scalar"), "reward.rubric",
          f"must be toolorchestra or scalar, got {cfg.reward.rubric!r}")
     need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")

@@ -173,26 +173,6 @@ def baseline_script(name: str, task: Task, schemas: list[dict[str, Any]], costs:
 
 
 # ---------------------------------------------------------------- running
-async def score_episode(traj: Trajectory, task: Task, judges: dict[str, str], *, cost_scale: float = 0.01,
-                        latency_scale: float = 10.0, price_in: float = 0.0, price_out: float = 0.0
-                        ) -> tuple[bool, float, float, float]:
-    """(correct, $, seconds, scalar reward under task.pref) of one finished episode. Per-episode pieces of
-    reward/ rather than score_group: the scalar rubric needs no group, and score_group's advantage step
-    imports verl (seconds) for nothing here. An episode that ended in `error` is wrong, at $0, reward 0."""
-    from reward.cost import episode_cost, episode_latency
-    from reward.judges import judge, judge_for
-    from reward.rubric import scalar_reward
-
-    if traj.termination == "error":
-        return False, 0.0, 0.0, 0.0
-    gold = [task.answer] + [str(a) for a in task.meta.get("answer_aliases", [])]
-    verdict = await judge(judge_for(task.data_source, judges), traj.answer, gold, task.problem)
-    cost = episode_cost(traj, price_in, price_out).total_usd
-    latency = episode_latency(traj)
-    reward = scalar_reward(verdict.correct, cost, latency, traj.tool_counts, task.pref, cost_scale, latency_scale)
-    return verdict.correct, cost, latency, reward.value
-
-
 def episode_seed(seed: int, task_id: str) -> int:
     """A stable 31-bit sampling seed per (evaluation seed, task); not Python's salted hash()."""
     import hashlib
@@ -252,6 +232,8 @@ class Evaluator:
 
     async def _episode(self, policy: str, pref_name: str, pref: dict[str, float] | None, seed: int,
                        task: Task) -> dict[str, Any]:
+        from reward.score import score_episode  # reward/ loads judges (math-verify) on import: only when run
+
         if pref is not None:
             task = Task.from_dict({**task.to_dict(), "pref": dict(pref)})
         loop = AgentLoop(self._engine(policy, task, seed), self.tool_clients[seed], self.prompter,

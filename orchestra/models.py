@@ -312,6 +312,16 @@ def load_tokenizer(name: str, *, tiny: TinyModelConfig | None = None, cache_dir:
     return _finish_tokenizer(AutoTokenizer.from_pretrained(name), chat_template, default_template=False)
 
 
+def set_torch_threads(n: int) -> None:
+    """torch's intra-op threads for this process (cluster.torch_threads; 0 leaves torch's choice). Ray gives
+    each worker OMP_NUM_THREADS = its num_cpus (at least 1); learner and rollout phases alternate on a small
+    machine, so each may use every core while it runs."""
+    if n > 0:
+        import torch
+
+        torch.set_num_threads(n)
+
+
 def load_policy(name: str, *, tiny: TinyModelConfig | None = None, dtype: str = "float32", device: str = "cpu",
                 attn_implementation: str = "sdpa", cache_dir: str = "~/.cache/orchestra", chat_template: str = "",
                 seed: int = 0) -> tuple[Any, Any]:

@@ -1,8 +1,9 @@
 """Scoring finished episodes: judge each answer, account its cost and latency, apply the rubric, compute
 advantages — one `Scored` record per episode holding every number it was built from.
 
-`score_group(trajs, tasks, ...)` is what the RewardActor (actors/reward_actor.py), the evaluator and tests
-call. Episodes that ended in `error` (an engine failure, or unaccountable cost) are not judged and are left
+`score_group(trajs, tasks, ...)` is what the RewardActor (actors/reward_actor.py), the trainer's held-out
+evaluation and tests call; `score_episode` scores one episode under the scalar rubric without a group (the
+evaluator, rejection-sampled SFT). Episodes that ended in `error` (an engine failure, or unaccountable cost) are not judged and are left
 out of the rubric's min-max statistics (a crashed episode's near-zero cost would stretch everyone else's
 scale); they get `failure_reward` and take part in the advantage baseline like any member.
 τ²-bench tasks (data_source `tau2/*`) have no gold answer: their verdict is the official evaluator's, run by
@@ -170,3 +171,19 @@ async def score_group(trajs: Sequence[Trajectory], tasks: Task | Sequence[Task],
                  [round(advantages[i], 3) for i in members], dropped[members[0]],
                  sum(out[i].cost["total_usd"] for i in members) / len(members))
     return out
+
+
+async def score_episode(traj: Trajectory, task: Task, judges: dict[str, str], *, cost_scale: float = 0.01,
+                        latency_scale: float = 10.0, price_in: float = 0.0, price_out: float = 0.0
+                        ) -> tuple[bool, float, float, float]:
+    """(correct, $, seconds, scalar reward under task.pref) of one finished episode. Per-episode pieces of
+    reward/ rather than score_group: the scalar rubric needs no group, and score_group's advantage step
+    would import verl (seconds) for nothing. An episode that ended in `error` is wrong, at $0, reward 0."""
+    if traj.termination == "error":
+        return False, 0.0, 0.0, 0.0
+    gold = [task.answer] + [str(a) for a in task.meta.get("answer_aliases", [])]
+    verdict = await judge(judge_for(task.data_source, judges), traj.answer, gold, task.problem)
+    cost = episode_cost(traj, price_in, price_out).total_usd
+    latency = episode_latency(traj)
+    reward = scalar_reward(verdict.correct, cost, latency, traj.tool_counts, task.pref, cost_scale, latency_scale)
+    return verdict.correct, cost, latency, reward.value

@@ -58,6 +58,12 @@ def test_bad_overrides_name_the_key(override, needle):
         load_config([override])
 
 
+def test_unanswered_penalty_is_a_scalar_rubric_term():
+    with pytest.raises(ConfigError, match=r"reward\.unanswered_penalty"):
+        load_config(["reward=toolorchestra", "reward.unanswered_penalty=1"])
+    assert load_config(["reward=scalar", "reward.unanswered_penalty=1"]).reward.unanswered_penalty == 1.0
+
+
 def test_bad_file_names_key_and_file(tmp_path: Path):
     conf = tmp_path / "conf"
     for group in ("experiment", "model", "zoo", "reward", "backend"):
