@@ -16,6 +16,10 @@ One `update` = one optimiser step per PPO epoch over the whole batch (verl's ppo
   4. forward + backward per micro-batch, grad-norm clipping, AdamW step; a non-finite grad norm skips the step
      (as verl does). `version` counts weight changes (RL and SFT steps) for weight sync to rollout engines.
 The model is kept in eval mode: dropout would make the old/new ratio differ from 1 at the first step.
+A peft (LoRA) model trains its adapters only (orchestra/lora.py): the reference is the same model with the
+adapter disabled (no copy), `reset_reference` folds the adapter into the base, `get_weights(adapter_only=True)`
+sends only A/B matrices, and checkpoints hold the merged model (for evaluation and serving), the base and the
+adapter (for resume).
 Sampling, rewards and advantages are left to rollout workers and reward/; checkpoint atomicity to the caller.
 """
 
@@ -34,9 +38,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from orchestra import lora
 from orchestra.grpo import TrainSample, check_options, collate, grpo_loss, sft_loss, to_device, token_logprobs
 
 OPTIMIZER_FILE, RNG_FILE, STATE_FILE, REF_FILE = "optimizer.pt", "rng_torch.pt", "learner.json", "ref_model.safetensors"
+ADAPTER_DIR = "adapter"  # peft policies: the adapter (resume); REF_FILE then holds the base weights
 
 
 class Learner:
@@ -60,7 +66,8 @@ class Learner:
         torch.manual_seed(seed)
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
-        if ref_model is None and kl_coef != 0.0:
+        self.peft = lora.is_peft(model)
+        if ref_model is None and kl_coef != 0.0 and not self.peft:
             ref_model = copy.deepcopy(self.model)  # the reference is the policy as handed to us (after SFT)
         self.ref_model = ref_model.to(self.device).eval() if ref_model is not None else None
         if self.ref_model is not None:
@@ -75,9 +82,13 @@ class Learner:
         self.temperature, self.max_len = temperature, max_len
         self.autocast = autocast if self.device.type == "cuda" else ""
         self.compute_entropy, self.fuse_old_logprobs = compute_entropy, fuse_old_logprobs
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay)
+        self.weight_decay = weight_decay
+        self._new_optimizer()
         self.version = 0
+
+    def _new_optimizer(self) -> None:
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=self.lr, weight_decay=self.weight_decay)
 
     @classmethod
     def from_config(cls, cfg: Any, model: Any, ref_model: Any = None, tokenizer: Any = None) -> Learner:
@@ -123,6 +134,25 @@ class Learner:
         with self._autocast():
             return token_logprobs(model, mb, temperature, return_entropy=entropy)
 
+    def _ref_logprobs(self, mb: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+        if self.peft:
+            with self.model.disable_adapter():
+                return self._logprobs(self.model, mb, temperature)
+        return self._logprobs(self.ref_model, mb, temperature)
+
+    @property
+    def has_reference(self) -> bool:
+        return self.peft or self.ref_model is not None
+
+    def reset_reference(self) -> None:
+        """Make the reference the current policy (after SFT, so KL anchors RL to the warm start). A peft
+        policy folds its adapter into the base and gets a fresh adapter (and a fresh optimizer for it)."""
+        if self.peft:
+            self.model = lora.reattach(self.model).to(self.device).eval()
+            self._new_optimizer()
+        elif self.ref_model is not None:
+            self.ref_model.load_state_dict(self.model.state_dict())
+
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -153,8 +183,8 @@ class Learner:
         t = self.temperature
         refs: list[torch.Tensor | None] = [None] * len(mbs)
         with torch.no_grad():
-            if self.ref_model is not None and self.kl_coef != 0.0:
-                refs = [self._logprobs(self.ref_model, mb, t) for mb in mbs]
+            if self.has_reference and self.kl_coef != 0.0:
+                refs = [self._ref_logprobs(mb, t) for mb in mbs]
             fused = self.fuse_old_logprobs and self.ppo_epochs == 1
             if not fused:
                 for mb in mbs:
@@ -220,8 +250,13 @@ class Learner:
                 "version": float(self.version), "time_s": time.perf_counter() - t0}
 
     # ------------------------------------------------------------------ weights and checkpoints
-    def get_weights(self) -> tuple[int, dict[str, torch.Tensor]]:
-        """(version, a CPU copy of the policy's state dict) for HFEngine.load_weights(sd, version)."""
+    def get_weights(self, adapter_only: bool = False) -> tuple[int, dict[str, Any]]:
+        """(version, a CPU copy of the policy's state dict) for HFEngine.load_weights(sd, version). A peft
+        policy gives its base weights plus the adapter payload, or with `adapter_only` the payload alone
+        (orchestra/lora.py: the receiver merges it into the base of its last full load)."""
+        if self.peft:
+            payload = lora.adapter_payload(self.model)
+            return self.version, payload if adapter_only else {**lora.base_state_dict(self.model), **payload}
         return self.version, {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     def save(self, directory: str | Path) -> None:
@@ -231,7 +266,18 @@ class Learner:
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(d, safe_serialization=True)
+        if self.peft:  # merged weights load like any HF checkpoint; base + adapter rebuild the learner
+            from safetensors.torch import save_file
+
+            base = self.model.get_base_model()
+            base.config.save_pretrained(d)
+            if getattr(base, "generation_config", None) is not None:
+                base.generation_config.save_pretrained(d)
+            save_file(lora.merged_state_dict(self.model), str(d / "model.safetensors"), metadata={"format": "pt"})
+            save_file(lora.base_state_dict(self.model), str(d / REF_FILE), metadata={"format": "pt"})
+            self.model.save_pretrained(d / ADAPTER_DIR)
+        else:
+            self.model.save_pretrained(d, safe_serialization=True)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(d)
         if self.ref_model is not None:
@@ -249,11 +295,28 @@ class Learner:
 
     def load(self, directory: str | Path) -> None:
         """Restore everything `save` wrote, in place (the model object stays the same)."""
-        from safetensors.torch import load_file, load_model
-
         d = Path(directory)
         if not (d / STATE_FILE).is_file():
             raise FileNotFoundError(f"{d} is not a learner checkpoint (no {STATE_FILE})")
+        if self.peft:
+            self._load_peft(d)
+        else:
+            self._load_full(d)
+        self.optimizer.load_state_dict(torch.load(d / OPTIMIZER_FILE, map_location=self.device, weights_only=True))
+        rng = torch.load(d / RNG_FILE, weights_only=True)
+        torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(list(rng["cuda"]))
+        state = json.loads((d / STATE_FILE).read_text())
+        py = state["python_rng"]
+        random.setstate((py[0], tuple(py[1]), py[2]))
+        npy = state["numpy_rng"]
+        np.random.set_state((npy[0], np.array(npy[1], dtype=np.uint32), int(npy[2]), int(npy[3]), npy[4]))
+        self.version = int(state["version"])
+
+    def _load_full(self, d: Path) -> None:
+        from safetensors.torch import load_file, load_model
+
         shards = sorted(d.glob("model*.safetensors"))
         if not shards:
             raise FileNotFoundError(f"{d}: no model*.safetensors")
@@ -266,17 +329,19 @@ class Learner:
             if not (d / REF_FILE).is_file():
                 raise FileNotFoundError(f"{d}: this learner has a reference model but the checkpoint has none")
             load_model(self.ref_model, str(d / REF_FILE), device=str(self.device))
-        self.optimizer.load_state_dict(torch.load(d / OPTIMIZER_FILE, map_location=self.device, weights_only=True))
-        rng = torch.load(d / RNG_FILE, weights_only=True)
-        torch.set_rng_state(rng["torch"])
-        if "cuda" in rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(list(rng["cuda"]))
-        state = json.loads((d / STATE_FILE).read_text())
-        py = state["python_rng"]
-        random.setstate((py[0], tuple(py[1]), py[2]))
-        npy = state["numpy_rng"]
-        np.random.set_state((npy[0], np.array(npy[1], dtype=np.uint32), int(npy[2]), int(npy[3]), npy[4]))
-        self.version = int(state["version"])
+
+    def _load_peft(self, d: Path) -> None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        adapter = d / ADAPTER_DIR / "adapter_model.safetensors"
+        if not adapter.is_file() or not (d / REF_FILE).is_file():
+            raise FileNotFoundError(f"{d}: a LoRA learner needs {ADAPTER_DIR}/ and {REF_FILE} (base weights); "
+                                    "was it written by a learner without model.lora?")
+        lora.load_base(self.model, load_file(str(d / REF_FILE)))
+        result = set_peft_model_state_dict(self.model, load_file(str(adapter), device=str(self.device)))
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(f"{adapter} does not match this adapter: unexpected {list(result.unexpected_keys)[:5]}")
 
     def _check_keys(self, result: Any, loaded: set[str]) -> None:
         """A key save_pretrained left out is fine only when it is tied to a loaded one (lm_head = embeddings)."""

@@ -66,6 +66,7 @@ class RolloutWorker:
                               eos_token_ids=eos_token_ids(self.tokenizer), **agent_kwargs)
         self.reward_actor = reward_actor
         self.version = 0
+        self._merger: Any = None  # LoRA payloads -> merged weights (built at the first sync)
         self.tau2, self.zoo, self.agent_kwargs = dict(tau2 or {}), zoo or {}, dict(agent_kwargs)
         self._tau2_drivers: dict[str, Any] = {}
 
@@ -77,8 +78,22 @@ class RolloutWorker:
         return self.version
 
     def load_weights(self, version: int, state_dict: dict[str, Any]) -> int:
-        """Swap in the learner's weights (the engine waits for its running batch)."""
-        self.engine.load_weights(state_dict, version)
+        """Swap in the learner's weights (the engine waits for its running batch): a full state dict, or a
+        LoRA adapter payload (orchestra/lora.py) merged here into the weights of the last full load."""
+        from orchestra.lora import LORA_KEY, AdapterMerger
+
+        if self._merger is None:
+            self._merger = AdapterMerger()
+        base = {k: v for k, v in state_dict.items() if k != LORA_KEY}
+        if base:  # full weights (a LoRA learner's are its base, with the adapter beside them)
+            self.engine.load_weights(base, version)
+            self._merger.full_loaded()
+        if LORA_KEY in state_dict:
+            model = getattr(self.engine, "model", None)
+            if model is None:
+                raise TypeError(f"{type(self.engine).__name__} exposes no model to merge a LoRA adapter into; "
+                                "use the hf engine with model.lora")
+            self.engine.load_weights(self._merger.merge(model, state_dict), version, partial=True)
         self.version = version
         return version
 

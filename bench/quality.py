@@ -11,7 +11,8 @@ under the accuracy-first / balanced / cost-first / latency-first presets beside 
   RESULT quality_acc_gap=...       always-strongest accuracy − orchestrator (balanced) accuracy, points
   RESULT quality_cost_ratio=...    orchestrator (balanced) $ ÷ always-strongest $
   RESULT quality_on_frontier=1|0   orchestrator (balanced) on or above the fixed routers' frontier
-  RESULT quality_monotone=1|0      $ falls as the cost weight rises (accuracy-first >= balanced >= cost-first)
+  RESULT quality_monotone=1|0      $ falls strictly as the cost weight rises (accuracy-first > balanced > cost-first)
+  RESULT quality_pref_spread=...   accuracy-first $ ÷ cost-first $ (issue 15's goal: >= 3)
 Reports (JSON, markdown, plots) land in <run dir>/quality/. Goal (issue 6): gap <= 2 points at ratio <= 0.35.
 It also prints (INFO, not a RESULT) the family-router bound (orchestra/routing_bound.py): the best accuracy a
 router that picks one route per task family (MMLU-Pro: subject), chosen in hindsight, could reach at 35 % of
@@ -124,7 +125,7 @@ def main(argv: list[str]) -> int:
         q = figures(experiment, run_dir, n, seeds, train)
         if q is None:
             continue
-        for name in ("acc_gap", "cost_ratio", "on_frontier", "monotone"):
+        for name in ("acc_gap", "cost_ratio", "on_frontier", "monotone", "pref_spread"):
             if name in q:
                 print(f"RESULT {prefix}{name}={q[name]:.4f}", flush=True)
     return 0

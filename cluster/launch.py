@@ -122,6 +122,11 @@ class LearnerProcess:
 
         set_torch_threads(cfg.cluster.torch_threads)
         model, tokenizer = load_policy_from_config(cfg.model, seed=cfg.seed)
+        lo = cfg.model.lora
+        if lo.r > 0:  # LoRA: the learner trains adapters on a frozen base; workers keep plain weights
+            from orchestra.lora import attach
+
+            model = attach(model, lo.r, lo.alpha, lo.dropout, lo.target_modules, lo.layers)
         self.learner = Learner.from_config(cfg, model, tokenizer=tokenizer)
 
     @staticmethod
@@ -138,17 +143,15 @@ class LearnerProcess:
 
         return self.learner.sft_update([TrainSample.from_sample(s, 0.0) for s in samples], lr=lr)
 
-    def get_weights(self) -> tuple[int, dict[str, Any]]:
-        return self.learner.get_weights()
+    def get_weights(self, adapter_only: bool = False) -> tuple[int, dict[str, Any]]:
+        return self.learner.get_weights(adapter_only=adapter_only)
 
     def version(self) -> int:
         return self.learner.version
 
     def reset_reference(self) -> None:
         """Make the frozen reference the current policy (after SFT, so KL anchors RL to the warm start)."""
-        ref = self.learner.ref_model
-        if ref is not None:
-            ref.load_state_dict(self.learner.model.state_dict())
+        self.learner.reset_reference()
 
     def save(self, directory: str) -> None:
         self.learner.save(directory)

@@ -25,7 +25,7 @@ from cluster.train import Phases, describe, run_dir
 from orchestra import checkpoint
 from orchestra.agent_loop import episode_samples
 from orchestra.config import ExperimentConfig, task_tiers, to_yaml
-from orchestra.preferences import preset
+from orchestra.preferences import paired_preferences, preset
 from orchestra.tasks import build_task_set, load_corpus, load_tasks, save_corpus, save_tasks
 from orchestra.tracking import Tracker
 from orchestra.types import Task, Trajectory
@@ -125,11 +125,12 @@ class Trainer:
                 o["scored"] = scored
         return out
 
-    def sync_weights(self, only_stale: bool = False) -> int:
+    def sync_weights(self, only_stale: bool = False, adapter_only: bool = False) -> int:
         """Push the learner's weights to the workers (one object-store object read by all). A worker that is
         restarting is waited for; with `only_stale`, only workers behind the learner's version are updated
-        (a restarted worker comes back with its initial weights)."""
-        weights = self.learner.get_weights.remote()  # (version, state_dict)
+        (a restarted worker comes back with its initial weights, so it gets full weights). `adapter_only`:
+        a LoRA learner sends its adapter, which workers merge into the weights of their last full sync."""
+        weights = self.learner.get_weights.remote(adapter_only=adapter_only and not only_stale)
         workers = self.workers
         if only_stale:
             current = self._call_all([w.ready_version.remote for w in workers])
@@ -217,9 +218,8 @@ class Trainer:
     def step(self, step: int) -> dict[str, Any]:
         ph, g = self.phases, self.cfg.algo.group_size
         with ph("sample"):
-            tasks = self.sampler.batch(step)
-            requests = [{"task": t.to_dict(), "uid": f"s{step}-{i}-{t.id}", "group_size": g}
-                        for i, t in enumerate(tasks) for _ in range(g)]
+            requests = step_requests(self.sampler.batch(step), step, g, self.cfg.data.preference_pairs,
+                                     self.cfg.seed)
         with ph("rollout"):
             self.sync_weights(only_stale=True)  # a worker restarted since the last sync gets the current policy
             results = self.rollout(requests)
@@ -229,7 +229,8 @@ class Trainer:
         with ph("update"):
             update = ray.get(self.learner.update.remote(samples)) if samples else {"skipped": 1.0}
         with ph("sync"):
-            version = self.sync_weights() if samples else None
+            # between RL steps only adapters change: workers hold the weights of the last full sync
+            version = self.sync_weights(adapter_only=self.cfg.model.lora.r > 0) if samples else None
         out: dict[str, Any] = {"reward": mean(s["reward"] for s in scored),
                                "accuracy": mean(float(s["correct"]) for s in scored),
                                "cost_usd": mean(s["cost"]["total_usd"] for s in scored),
@@ -237,6 +238,13 @@ class Trainer:
                                "format_ok": mean(float(all(t["format_ok"] for t in r["traj"]["turns"])) for r in results),
                                "samples": len(samples), "version": version or 0, "reward_actor": report,
                                "learner": update}
+        if self.cfg.data.preference_pairs:  # does the policy act differently per vector? ($ and accuracy per k)
+            by_k: dict[str, list[dict[str, Any]]] = {}
+            for s in scored:
+                by_k.setdefault(s["uid"].rsplit("-p", 1)[-1], []).append(s)
+            out["by_pref"] = {f"p{k}": {"cost_usd": mean(s["cost"]["total_usd"] for s in v),
+                                        "accuracy": mean(float(s["correct"]) for s in v)}
+                              for k, v in sorted(by_k.items())}
         if self.cfg.eval.every_steps and step % self.cfg.eval.every_steps == 0:
             with ph("eval"):
                 out["heldout"] = self.evaluate(f"step{step}")
@@ -336,6 +344,26 @@ class Trainer:
                 ray.kill(handle, no_restart=True)
             except Exception:  # already gone
                 pass
+
+
+def step_requests(tasks: list[Task], step: int, group_size: int, pairs: str = "", seed: int = 0
+                  ) -> list[dict[str, Any]]:
+    """One step's rollout requests: `group_size` episodes per task, one group (uid) each. With preference
+    pairing (`data.preference_pairs`) each task is rolled out under every vector of the pairing, one group
+    per (task, vector), each request carrying the task with that vector: the reward actor scores every
+    episode under its own vector and baselines it against the same task under the same vector, so the
+    advantage says which route suits *this* preference on *this* task."""
+    out: list[dict[str, Any]] = []
+    for i, t in enumerate(tasks):
+        if not pairs:
+            out += [{"task": t.to_dict(), "uid": f"s{step}-{i}-{t.id}", "group_size": group_size}
+                    for _ in range(group_size)]
+            continue
+        for k, pref in enumerate(paired_preferences(pairs, t.id, step, seed, list(t.model_mapping))):
+            task = {**t.to_dict(), "pref": pref}
+            out += [{"task": task, "uid": f"s{step}-{i}-{t.id}-p{k}", "group_size": group_size}
+                    for _ in range(group_size)]
+    return out
 
 
 def _headline(m: dict[str, Any]) -> dict[str, Any]:

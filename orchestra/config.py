@@ -43,6 +43,18 @@ class TinyModelConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters through peft (orchestra/lora.py): the learner trains them on a frozen base, weight sync
+    sends only them. r = 0: off (full fine-tuning)."""
+
+    r: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    layers: int = 0  # > 0: adapters on the last `layers` decoder blocks only (backward stops there); 0: all
+
+
+@dataclass
 class ModelConfig:
     name: str = "tiny"  # tiny | smollm2 | path to an HF checkpoint (Qwen3-8B on a cluster)
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
@@ -51,6 +63,7 @@ class ModelConfig:
     attn_implementation: str = "sdpa"  # flash_attention_2 only with the gpu extra
     cache_dir: str = "~/.cache/orchestra"
     chat_template: str = ""  # override the tokenizer's template (path to a jinja file)
+    lora: LoraConfig = field(default_factory=LoraConfig)
     # The orchestrator's own tokens, priced like any model's ($ per million tokens).
     price_in_per_mtok: float = 0.0
     price_out_per_mtok: float = 0.0
@@ -243,6 +256,11 @@ class DataConfig:
     # ToolOrchestra), one preset / `accuracy=1,cost=0.5` for every training task, or `A|B|...`: each task
     # one of those, drawn seeded by its id
     preference: str = "sampled"
+    # Preference-paired GRPO: every training task of a step is rolled out under EACH of these vectors
+    # (`A|B|...` of presets / weight strings, or `sampled:K` for K vectors drawn per task and step), G =
+    # algo.group_size episodes per vector, one group (own baseline) per (task, vector), each episode scored
+    # under its own vector. Empty: off (one vector per task, from data.preference).
+    preference_pairs: str = ""
     seed: int = 0
 
 
@@ -451,6 +469,10 @@ def validate(cfg: ExperimentConfig) -> None:
          "is a term of the scalar rubric only; set reward=scalar or leave it 0")
     need(cfg.reward.rubric in ("toolorchestra", "scalar"), "reward.rubric",
          f"must be toolorchestra or scalar, got {cfg.reward.rubric!r}")
+    need(cfg.model.lora.r >= 0, "model.lora.r", "must be >= 0 (0: no adapters, full fine-tuning)")
+    need(cfg.model.lora.layers >= 0, "model.lora.layers", "must be >= 0 (0: every layer)")
+    need(cfg.model.lora.r == 0 or bool(cfg.model.lora.target_modules), "model.lora.target_modules",
+         "must name at least one module (e.g. q_proj)")
     need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")
     need(cfg.cluster.num_rollout_workers >= 1, "cluster.num_rollout_workers", "must be >= 1")
     need(cfg.sft.candidates >= 1, "sft.candidates", "must be >= 1 (1: plain random demonstrations)")
@@ -467,6 +489,13 @@ def validate(cfg: ExperimentConfig) -> None:
                 parse_preference(part)
         except ValueError as e:
             need(False, "data.preference", f"must be `sampled`, a preset, weights or `A|B|...` of those: {e}")
+    if cfg.data.preference_pairs:
+        from orchestra.preferences import parse_pairs
+
+        try:
+            parse_pairs(cfg.data.preference_pairs)
+        except ValueError as e:
+            need(False, "data.preference_pairs", f"must be empty, `sampled:K` (K >= 2) or `A|B|...`: {e}")
     for tier, expert in cfg.zoo.tiers.items():
         need(expert in cfg.zoo.experts, f"zoo.tiers.{tier}", f"names unknown expert {expert!r}")
     for tier, expert in (cfg.data.tiers or {}).items():

@@ -113,11 +113,14 @@ class HFEngine:
             self._runner, self._runner_loop = loop.create_task(self._run()), loop
         return await req.future
 
-    def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
-        """Swap in new weights between batches (blocks while a batch runs) and record their version."""
+    def load_weights(self, state_dict: dict[str, Any], version: int, partial: bool = False) -> None:
+        """Swap in new weights between batches (blocks while a batch runs) and record their version.
+        `partial`: `state_dict` holds only some weights (merged LoRA targets); the rest stay."""
         with self._lock:
             missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
             tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
+            if partial:
+                missing = []
             if unexpected or set(missing) - tied:
                 raise ValueError(f"state_dict does not match the model: missing {sorted(set(missing) - tied)[:5]}, "
                                  f"unexpected {sorted(unexpected)[:5]}")

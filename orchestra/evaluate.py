@@ -292,7 +292,8 @@ def quality_figures(rows: list[dict[str, Any]], orchestrator: str = "orchestrato
                     preference: str = "balanced") -> dict[str, float]:
     """The `quality_*` figures (DESIGN.md "Benchmarks") from summary rows. Degenerate policies do not pass:
     on_frontier also needs accuracy > 0 (never answering is free, and so trivially "on" the frontier), and
-    monotone needs $ non-increasing along accuracy-first, balanced, cost-first AND a real fall end to end."""
+    monotone needs $ falling strictly along accuracy-first, balanced, cost-first; pref_spread is the ratio of
+    the ends (accuracy-first $ / cost-first $)."""
     by = {(r["policy"], r["preference"]): r for r in rows}
     base = [r for r in rows if r["policy"] in BASELINES]
     orch = by.get((orchestrator, preference)) or next(r for r in rows if r["policy"] == orchestrator)
@@ -306,7 +307,9 @@ def quality_figures(rows: list[dict[str, Any]], orchestrator: str = "orchestrato
     costs = [by[(orchestrator, p)]["cost_cents"] for p in ("accuracy-first", "balanced", "cost-first")
              if (orchestrator, p) in by]
     if len(costs) == 3:
-        out["monotone"] = float(costs[0] >= costs[1] >= costs[2] and costs[0] > costs[2])
+        out["monotone"] = float(costs[0] > costs[1] > costs[2])
+        # how far apart the presets' $ are: accuracy-first $ / cost-first $ (goal >= 3)
+        out["pref_spread"] = costs[0] / costs[2] if costs[2] > 0 else (math.inf if costs[0] > 0 else 0.0)
     return out
 
 

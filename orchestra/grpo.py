@@ -111,6 +111,9 @@ def to_device(batch: dict[str, torch.Tensor], device: str | torch.device) -> dic
 def _response_logits(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """(B, R, V) logits predicting each response token (position i - 1 predicts token i)."""
     idx = (batch["response_index"] - 1).clamp(min=0)
+    if hasattr(model, "get_base_model") and hasattr(model, "peft_config"):
+        # peft: the wrapped HF model carries the injected adapters (and honours disable_adapter)
+        model = model.get_base_model()
     base, head = getattr(model, "base_model", None), model.get_output_embeddings()
     kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                   position_ids=batch["position_ids"], use_cache=False)

@@ -80,3 +80,32 @@ def sample_preference(rng: random.Random, tool_ids: Sequence[str] = (), preset_p
         for tool in rng.sample(sorted(tool_ids), k=min(len(tool_ids), rng.choice((1, 2)))):
             pref[f"tool:{tool}"] = round(rng.choice((-1, 1)) * rng.uniform(0.2, 0.6), 2)
     return check_preference(pref)
+
+
+def parse_pairs(spec: str) -> tuple[int, list[Preference]]:
+    """`data.preference_pairs` -> (K sampled per task, fixed vectors). `sampled:K` gives (K, []), `A|B|...`
+    gives (0, [A, B, ...]); at least two vectors either way (one is plain GRPO, not a pairing)."""
+    spec = spec.strip()
+    if spec.startswith("sampled:"):
+        try:
+            k = int(spec.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(f"{spec!r}: K in sampled:K must be an integer") from None
+        if k < 2:
+            raise ValueError(f"{spec!r}: pairing needs K >= 2 vectors per task")
+        return k, []
+    vectors = [parse_preference(part) for part in spec.split("|")]
+    if len(vectors) < 2:
+        raise ValueError(f"{spec!r}: pairing needs at least two vectors (`A|B`)")
+    return 0, vectors
+
+
+def paired_preferences(spec: str, task_id: str, step: int, seed: int, tool_ids: Sequence[str] = ()
+                       ) -> list[Preference]:
+    """The vectors one training task is rolled out under in one step (see `parse_pairs`). Sampled vectors
+    are drawn from a stream seeded by (seed, step, task id): a resumed run draws the same ones."""
+    k, fixed = parse_pairs(spec)
+    if fixed:
+        return [dict(p) for p in fixed]
+    rng = random.Random(f"pairs:{seed}:{step}:{task_id}")
+    return [sample_preference(rng, tool_ids) for _ in range(k)]

@@ -7,7 +7,10 @@ Two context modes (DESIGN.md "Contracts"):
 - transcript: one conversation; after each turn only the *delta* (tool responses + the next assistant
   header) is tokenized and appended, so the model's own tokens are never re-tokenized.
 
-The system message states the user's preference vector, because the policy must condition on it.
+The user message ends with the user's preference vector, because the policy must condition on it: last, next
+to where the policy starts writing (easy to attend to for a small policy), and out of the system turn, so
+the system turn + tool catalogue is one token prefix shared by every task and preference (cached here,
+prefilled once per batch by the HF engine).
 Tool schemas (with each tier's price and latency in the descriptions) come from the ToolClient.
 """
 
@@ -81,7 +84,7 @@ class Prompter:
 
     # ------------------------------------------------------------ messages
     def system(self, task: Task) -> dict[str, Any]:
-        return {"role": "system", "content": f"{self.system_prompt}\n{preference_text(task.pref)}"}
+        return {"role": "system", "content": self.system_prompt}
 
     def reprompt_user(self, task: Task, documents: list[str], code_outputs: list[str],
                       attempts: list[str]) -> dict[str, Any]:
@@ -92,10 +95,11 @@ class Prompter:
             body = _fit(items, budget, title.split()[-1].rstrip("s").capitalize())
             if body:
                 sections.append(f"{title}:\n{body}")
+        sections.append(preference_text(task.pref))
         return {"role": "user", "content": "\n\n".join(sections)}
 
     def first_messages(self, task: Task) -> list[dict[str, Any]]:
-        return [self.system(task), {"role": "user", "content": task.problem}]
+        return [self.system(task), {"role": "user", "content": f"{task.problem}\n\n{preference_text(task.pref)}"}]
 
     def observation(self, text: str) -> str:
         cap = self.max_observation_chars

@@ -67,9 +67,14 @@ def test_frontier_and_quality_figures():
             {"policy": "orchestrator", "preference": "cost-first", "accuracy": 0.6, "cost_cents": 0.6}]
     q = quality_figures(rows)
     assert math.isclose(q["acc_gap"], 2.0) and math.isclose(q["cost_ratio"], 0.25)
-    assert q["on_frontier"] == 1.0 and q["monotone"] == 1.0
+    assert q["on_frontier"] == 1.0 and q["monotone"] == 1.0 and math.isclose(q["pref_spread"], 5.0)
     idle = [r if r["policy"] != "orchestrator" else {**r, "accuracy": 0.0, "cost_cents": 0.0} for r in rows]
-    assert quality_figures(idle) == {"acc_gap": 90.0, "cost_ratio": 0.0, "on_frontier": 0.0, "monotone": 0.0}
+    assert quality_figures(idle) == {"acc_gap": 90.0, "cost_ratio": 0.0, "on_frontier": 0.0, "monotone": 0.0,
+                                     "pref_spread": 0.0}
+    # the same $ under two presets is not a fall: monotone is strict
+    flat = [r if r["preference"] != "balanced" or r["policy"] != "orchestrator" else {**r, "cost_cents": 3.0}
+            for r in rows]
+    assert quality_figures(flat)["monotone"] == 0.0
     # the oracle reads the recorded answers: a reference point, not part of the fixed routers' frontier
     with_oracle = [*rows, {"policy": "oracle", "preference": "balanced", "accuracy": 1.0, "cost_cents": 0.5}]
     assert quality_figures(with_oracle)["on_frontier"] == 1.0

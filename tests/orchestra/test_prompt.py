@@ -67,4 +67,4 @@ def test_cached_system_prefix_gives_the_same_ids_as_one_piece():
             whole = list(tok.encode(p.render(msgs, SCHEMAS), add_special_tokens=False))
             assert p.encode(msgs, SCHEMAS) == whole  # first call fills the cache
             assert p.encode(msgs, SCHEMAS) == whole  # second call uses it
-        assert len(p._prefix_cache) == 3
+        assert len(p._prefix_cache) == 1  # the preference is in the user turn: one system prefix for all
