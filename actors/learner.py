@@ -5,7 +5,8 @@ moves samples and weights; nothing here imports ray. The same code runs on CPU o
 autocast is used only on CUDA and only when `autocast="bfloat16"` is asked for.
 
 One `update` = one optimiser step per PPO epoch over the whole batch (verl's ppo_mini_batch = the batch):
-  1. samples are sorted by length and cut into micro-batches (less padding); the loss normalisers (tokens,
+  1. samples are sorted by length and cut into micro-batches (less padding; a prefix every row of a
+     micro-batch shares, the system turn + tool catalogue, is encoded once); the loss normalisers (tokens,
      sequences, horizon) are those of the whole batch, so the summed micro-batch gradients equal one big
      batch's gradient under every loss_agg_mode;
   2. the reference policy's logprobs (no grad) when kl_coef != 0;
@@ -52,7 +53,7 @@ class Learner:
                  loss_agg_mode: str = "token-mean", kl_type: str = "mse", kl_coef: float = 1e-4,
                  micro_batch_size: int = 32, grad_clip: float = 1.0, ppo_epochs: int = 1, temperature: float = 1.0,
                  max_len: int | None = None, device: str = "cpu", autocast: str = "", compute_entropy: bool = True,
-                 fuse_old_logprobs: bool = True, seed: int = 0):
+                 fuse_old_logprobs: bool = True, min_shared_prefix: int = 32, seed: int = 0):
         check_options(loss_agg_mode, kl_type, clip_ratio_c)
         if lr <= 0 or (sft_lr is not None and sft_lr <= 0):
             raise ValueError(f"learning rates must be > 0, got lr={lr}, sft_lr={sft_lr}")
@@ -82,6 +83,7 @@ class Learner:
         self.temperature, self.max_len = temperature, max_len
         self.autocast = autocast if self.device.type == "cuda" else ""
         self.compute_entropy, self.fuse_old_logprobs = compute_entropy, fuse_old_logprobs
+        self.min_shared_prefix = min_shared_prefix  # 0: encode every row whole (see orchestra.grpo._hidden)
         self.weight_decay = weight_decay
         self._new_optimizer()
         self.version = 0
@@ -132,7 +134,8 @@ class Learner:
 
     def _logprobs(self, model: Any, mb: dict[str, torch.Tensor], temperature: float, entropy: bool = False):
         with self._autocast():
-            return token_logprobs(model, mb, temperature, return_entropy=entropy)
+            return token_logprobs(model, mb, temperature, return_entropy=entropy,
+                                  min_shared_prefix=self.min_shared_prefix)
 
     def _ref_logprobs(self, mb: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
         if self.peft:

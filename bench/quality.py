@@ -60,7 +60,51 @@ def figures(experiment: str, run_dir: Path, n: int, seeds: int, train: bool) -> 
     report = write_report(records, out, meta={"experiment": experiment, "seeds": seed_list, "n_tasks": len(tasks)})
     print((out / "report.md").read_text(), flush=True)
     family_bounds(cfg, ev, tasks, seed_list, report)
+    per_question(cfg, tasks, records)
     return report.get("quality")
+
+
+def per_question(cfg, tasks, records) -> None:
+    """INFO lines (replay zoos): does routing vary *within* a subject with the question? Per preset, the
+    orchestrator's share of answers sent to the strongest tier, by question difficulty (how many of the
+    recorded models got it wrong) and, within each subject, the spread of that share between its easiest and
+    hardest questions. A router that knows only the subject has one share per subject whatever the question."""
+    from collections import defaultdict
+
+    from orchestra.config import task_tiers
+    from tools.registry import build_experts
+
+    if not any(e.kind == "replay" for e in cfg.zoo.experts.values()):
+        return
+    experts = build_experts(cfg.zoo)
+    tiers = {t: e for t, e in task_tiers(cfg).items() if t.startswith("answer")}
+    recs = {t: experts[e].records() for t, e in tiers.items()}
+    strongest = next(iter(tiers))  # answer-1 is the priciest tier in the replay zoo
+    wrong, family = {}, {}
+    for t in tasks:
+        qid = str(t.meta.get("question_id", t.id))
+        got = [r.get(qid) for r in recs.values()]
+        if all(g is not None for g in got):
+            wrong[t.id], family[t.id] = sum(not g.correct for g in got), str(t.meta.get("family", "all"))
+    for pref in ("accuracy-first", "balanced", "cost-first"):
+        by_level: dict[str, list[float]] = defaultdict(list)
+        by_fam: dict[str, dict[bool, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for r in records:
+            if r["policy"] != "orchestrator" or r["preference"] != pref or r["task_id"] not in wrong:
+                continue
+            share = float(r["tool_counts"].get(strongest, 0) > 0)
+            w = wrong[r["task_id"]]
+            by_level["0-1" if w <= 1 else "2-3" if w <= 3 else "4-6"].append(share)
+            by_fam[family[r["task_id"]]][w >= 3].append(share)
+        if not by_level:
+            continue
+        levels = ", ".join(f"{k} wrong: {sum(v) / len(v):.2f} (n={len(v)})" for k, v in sorted(by_level.items()))
+        gaps = [sum(v[True]) / len(v[True]) - sum(v[False]) / len(v[False]) for v in by_fam.values()
+                if v[True] and v[False]]
+        spread = sum(abs(g) for g in gaps) / len(gaps) if gaps else float("nan")
+        print(f"INFO per-question routing ({pref}): share sent to {strongest} by how many of "
+              f"{len(recs)} recorded models were wrong: {levels}; within a subject, hard (>=3 wrong) minus easy "
+              f"share: mean |diff| {spread:.2f} over {len(gaps)} subjects", flush=True)
 
 
 def _bound_line(label: str, outcomes: dict, n: int, ref: str, ref_acc: float, ref_usd: float) -> None:

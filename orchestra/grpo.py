@@ -9,7 +9,8 @@
   rows that were cut. A cut prompt changes the conditioning, so callers should size `max_len` to avoid it.
 - `token_logprobs`: log p(response token) under `model` with logits / temperature (temperature <= 0: raw
   logits), computed only at response positions (hidden states are gathered before the LM head, so a
-  50k-vocab model never materialises logits for prompt tokens).
+  50k-vocab model never materialises logits for prompt tokens); a prefix shared by the whole micro-batch (the
+  system turn and tool catalogue) can be encoded once, exactly (`min_shared_prefix`).
 - `grpo_loss`: verl 0.9.1's own `core_algos` (the "vanilla" clipped / dual-clip policy loss, `kl_penalty`,
   `agg_loss`), so the local and verl backends optimise the same objective. verl is imported lazily: importing
   it pulls in ray and tensordict (~8 s), which `import orchestra` must not do.
@@ -108,8 +109,37 @@ def to_device(batch: dict[str, torch.Tensor], device: str | torch.device) -> dic
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def _response_logits(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(B, R, V) logits predicting each response token (position i - 1 predicts token i)."""
+def shared_prefix_len(batch: dict[str, torch.Tensor]) -> int:
+    """Length of the token prefix every row shares (each row keeps >= 1 prompt token of its own)."""
+    ids = batch["input_ids"]
+    if ids.shape[0] < 2:
+        return 0
+    same = (ids == ids[:1]).all(0).long()
+    n = int(same.cumprod(0).sum())
+    return max(0, min(n, int(batch["prompt_lengths"].min()) - 1))
+
+
+def _hidden(base: Any, batch: dict[str, torch.Tensor], min_shared: int) -> tuple[torch.Tensor, int]:
+    """(last hidden states of the rows' tokens after the shared prefix, that prefix's length). A prefix common
+    to every row (system prompt + tool catalogue: most of a reprompt prompt) is encoded once and its KV cache
+    expanded over the rows; gradients flow back through the expansion into that one encoding, so logprobs
+    and gradients are the ones of encoding every row whole (tests/orchestra/test_grpo.py checks both)."""
+    n = shared_prefix_len(batch) if min_shared > 0 else 0
+    if n == 0 or n < min_shared:
+        return base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    position_ids=batch["position_ids"], use_cache=False).last_hidden_state, 0
+    rows = batch["input_ids"].shape[0]
+    head = base(input_ids=batch["input_ids"][:1, :n], position_ids=batch["position_ids"][:1, :n], use_cache=True)
+    cache = head.past_key_values
+    cache.batch_repeat_interleave(rows)
+    out = base(input_ids=batch["input_ids"][:, n:], attention_mask=batch["attention_mask"],
+               position_ids=batch["position_ids"][:, n:], past_key_values=cache, use_cache=True)
+    return out.last_hidden_state, n
+
+
+def _response_logits(model: Any, batch: dict[str, torch.Tensor], min_shared: int = 0) -> torch.Tensor:
+    """(B, R, V) logits predicting each response token (position i - 1 predicts token i). `min_shared` > 0:
+    a prefix shared by every row, if at least that long, is encoded once (`_hidden`)."""
     idx = (batch["response_index"] - 1).clamp(min=0)
     if hasattr(model, "get_base_model") and hasattr(model, "peft_config"):
         # peft: the wrapped HF model carries the injected adapters (and honours disable_adapter)
@@ -118,7 +148,8 @@ def _response_logits(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor
     kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                   position_ids=batch["position_ids"], use_cache=False)
     if base is not None and base is not model and head is not None:
-        hidden = base(**kwargs).last_hidden_state
+        hidden, n = _hidden(base, batch, min_shared)
+        idx = idx - n  # response positions lie after the shared prefix (it ends inside every prompt)
         hidden = hidden.gather(1, idx.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
         return head(hidden)
     logits = model(**kwargs).logits  # a model without the usual base/head split: full logits, then gather
@@ -126,10 +157,12 @@ def _response_logits(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor
 
 
 def token_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0,
-                   return_entropy: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                   return_entropy: bool = False, min_shared_prefix: int = 0
+                   ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """(B, R) logprobs of `batch["responses"]` (0 on padding). With return_entropy, also the (B, R) entropy of
-    the tempered distribution, detached (a metric, computed from the same logits)."""
-    logits = _response_logits(model, batch).float()  # log-softmax in fp32 even under bf16 autocast
+    the tempered distribution, detached (a metric, computed from the same logits). `min_shared_prefix` > 0
+    encodes a prefix common to every row once when it is at least that long (same values, less compute)."""
+    logits = _response_logits(model, batch, min_shared_prefix).float()  # log-softmax in fp32 even under bf16 autocast
     if temperature > 0:
         logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)

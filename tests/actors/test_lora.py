@@ -8,12 +8,24 @@ import copy
 
 import pytest
 import torch
-from test_learner import PAD, base_model, make_samples  # noqa: F401 - base_model is a fixture
+from test_learner import PAD, make_samples
 
 from actors.learner import Learner
 from actors.rollout_worker import RolloutWorker
 from orchestra import lora
 from orchestra.engine import HFEngine
+
+
+@pytest.fixture(scope="module")
+def base_model():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+                      pad_token_id=PAD, attn_implementation="sdpa")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return Qwen3ForCausalLM(cfg).eval()
 
 
 def lora_learner(model, **kw) -> Learner:

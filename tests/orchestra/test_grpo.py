@@ -147,3 +147,59 @@ def test_micro_batch_normalisers_sum_to_the_big_batch_loss():
         parts = sum(grpo_loss(lp[i:i + 2], old[i:i + 2], ref[i:i + 2], adv[i:i + 2], mask[i:i + 2],
                               loss_agg_mode=mode, kl_coef=0.1, **norms)[0] for i in range(0, 6, 2))
         torch.testing.assert_close(parts, whole)
+
+
+def _shared_prefix_batch(seed: int = 0):
+    import random
+
+    rng = random.Random(seed)
+    system = [rng.randrange(3, 200) for _ in range(40)]  # the shared system turn + catalogue
+    samples = [sample(system + [rng.randrange(3, 200) for _ in range(rng.randint(1, 9))],
+                      [rng.randrange(3, 200) for _ in range(rng.randint(1, 6))], adv=rng.choice([-1.0, 0.5, 2.0]))
+               for _ in range(5)]
+    return collate(samples, pad_id=0)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "qwen3+lora"])
+def test_a_shared_prefix_encoded_once_gives_the_same_logprobs_and_gradients(arch):
+    from orchestra.grpo import shared_prefix_len
+
+    if arch == "llama":  # SmolLM2's architecture
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cfg = LlamaConfig(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                          attn_implementation="sdpa")
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(cfg).eval()
+    else:
+        model = tiny_model()
+    if arch.endswith("+lora"):
+        from orchestra.lora import attach
+
+        model = attach(model, r=4, alpha=8.0)
+        for name, p in model.named_parameters():  # B = 0 at init: give the adapters weight to carry grads
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.1)
+    batch = _shared_prefix_batch()
+    assert shared_prefix_len(batch) >= 40
+    results = []
+    for min_shared in (0, 16):
+        model.zero_grad(set_to_none=True)
+        lp = token_logprobs(model, batch, temperature=0.7, min_shared_prefix=min_shared)
+        (lp * batch["advantages"]).sum().backward()
+        results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (whole, g_whole), (shared, g_shared) = results
+    assert torch.allclose(whole, shared, atol=1e-5)
+    assert g_whole.keys() == g_shared.keys() and g_whole
+    for name in g_whole:
+        assert torch.allclose(g_whole[name], g_shared[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_no_prefix_is_shared_by_a_single_row_or_rows_that_differ_early():
+    from orchestra.grpo import shared_prefix_len
+
+    assert shared_prefix_len(collate([sample([5, 6, 7, 8], [9])], pad_id=0)) == 0
+    assert shared_prefix_len(collate([sample([5, 6, 7, 8], [9]), sample([5, 6, 1, 8], [9])], pad_id=0)) == 2
+    # identical prompts: each row keeps its last prompt token to itself
+    assert shared_prefix_len(collate([sample([5, 6, 7], [9]), sample([5, 6, 7], [4, 4])], pad_id=0)) == 2
