@@ -1,6 +1,7 @@
 """Orchestration quality: the trained orchestrator vs fixed routers on held-out tasks.
 
-`python bench/quality.py [replay_run=DIR] [sim_run=DIR] [train=true] [n=100] [seeds=2] [only=replay|sim]`
+`python bench/quality.py [replay_run=DIR] [sim_run=DIR] [replay_experiment=NAME] [sim_experiment=NAME]
+ [train=true] [n=100] [seeds=2] [only=replay|sim]`
 
 For each setting — the MMLU-Pro replay preset (experiment=mmlu_pro_replay: six real models' recorded
 outcomes; figures `quality_*`) and the embedded default (experiment=cpu_tiny, simulated zoo; `sim_quality_*`)
@@ -165,6 +166,7 @@ def main(argv: list[str]) -> int:
     chosen = [args["only"]] if "only" in args else list(SETTINGS)
     for key in chosen:
         experiment, prefix = SETTINGS[key]
+        experiment = args.get(f"{key}_experiment", experiment)  # e.g. sim_experiment=cpu_smollm2
         run_dir = Path(args.get(f"{key}_run") or ROOT / "runs" / experiment).resolve()
         q = figures(experiment, run_dir, n, seeds, train)
         if q is None:

@@ -471,7 +471,7 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be toolorchestra or scalar, got {cfg.reward.rubric!r}")
     need(cfg.model.lora.r >= 0, "model.lora.r", "must be >= 0 (0: no adapters, full fine-tuning)")
     need(cfg.model.lora.layers >= 0, "model.lora.layers", "must be >= 0 (0: every layer)")
-    need(cfg.model.lora.r == 0 or bool(cfg.model.lora.target_modules), "model.lora.target_modules",
+    need(bool(cfg.model.lora.target_modules), "model.lora.target_modules",
          "must name at least one module (e.g. q_proj)")
     need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")
     need(cfg.cluster.num_rollout_workers >= 1, "cluster.num_rollout_workers", "must be >= 1")

@@ -19,6 +19,10 @@ PAD = 0
 
 @pytest.fixture(scope="module")
 def base_model():
+    return tiny_qwen3()
+
+
+def tiny_qwen3():
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     cfg = Qwen3Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

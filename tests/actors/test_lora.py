@@ -8,7 +8,7 @@ import copy
 
 import pytest
 import torch
-from test_learner import PAD, make_samples
+from test_learner import PAD, make_samples, tiny_qwen3
 
 from actors.learner import Learner
 from actors.rollout_worker import RolloutWorker
@@ -18,14 +18,7 @@ from orchestra.engine import HFEngine
 
 @pytest.fixture(scope="module")
 def base_model():
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
-                      pad_token_id=PAD, attn_implementation="sdpa")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return Qwen3ForCausalLM(cfg).eval()
+    return tiny_qwen3()
 
 
 def lora_learner(model, **kw) -> Learner:

@@ -51,6 +51,9 @@ def test_cli_overrides_and_group_swap():
     ("reward.unanswered_penalty=-1", "reward.unanswered_penalty"),
     ("sft.candidates=0", "sft.candidates"),
     ("zoo.server.client_max_in_flight=-1", "zoo.server.client_max_in_flight"),
+    ("model.lora.r=-1", "model.lora.r"),
+    ("model.lora.target_modules=[]", "model.lora.target_modules"),
+    ("model.lora.rank=8", "model.lora.rank"),
     ("justtext", "key=value"),
 ])
 def test_bad_overrides_name_the_key(override, needle):
@@ -87,3 +90,9 @@ def test_print_config_round_trips(capsys):
     assert "steps: 3" in out and "name: cpu_tiny" in out
     assert "steps: 3" in to_yaml(load_config(["algo.steps=3"]))
     assert main(["algo.bogus=1"]) == 2
+
+
+def test_the_smollm2_preset_trains_lora_adapters_on_preference_pairs():
+    cfg = load_config(["experiment=cpu_smollm2"])
+    assert cfg.model.name == "smollm2" and cfg.model.lora.r > 0 and "q_proj" in cfg.model.lora.target_modules
+    assert len(cfg.data.preference_pairs.split("|")) >= 2 and cfg.reward.rubric == "scalar"
