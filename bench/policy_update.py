@@ -77,7 +77,7 @@ def main() -> int:
                            [-1.0] * args.response, advantage=rng.choice([-1.0, 1.0])) for _ in range(args.samples)]
     print(f"INFO {name}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters; {args.samples} samples "
           f"x ({len(prefix)} shared + {args.tail} own prompt + {args.response} response) tokens", flush=True)
-    kw = dict(pad_token_id=tok.pad_token_id, lr=1e-4, kl_coef=0.0, micro_batch_size=args.samples, grad_clip=1.0)
+    kw = dict(pad_token_id=tok.pad_token_id, lr=1e-4, kl_coef=0.0, micro_batch_size=8, grad_clip=1.0)
     sides = {"full": Learner(copy.deepcopy(model), min_shared_prefix=0, **kw),
              "lora": Learner(attach(copy.deepcopy(model), 8, 16.0, top_layers=4), min_shared_prefix=0, **kw),
              "lora+p": Learner(attach(copy.deepcopy(model), 8, 16.0, top_layers=4), min_shared_prefix=32, **kw)}

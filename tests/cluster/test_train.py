@@ -129,3 +129,30 @@ def wait_restarted(handle, timeout_s: float = 180.0):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def test_lora_policy_on_preference_pairs_syncs_adapters_to_the_workers(ray_cluster, tmp_path):
+    """One paired step with a LoRA learner through the real actors: both vectors get their own groups, the
+    workers end on the learner's version after an adapter-only sync (tests/actors/test_lora.py checks that the
+    merged weights are the learner's policy), and the checkpoint's merged weights load as a plain model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cfg = small_cfg(tmp_path, "algo.steps=1", "model.lora.r=4", "model.lora.alpha=8",
+                    "data.preference_pairs=accuracy-first|cost-first", "eval.n_tasks=2")
+    trainer = Trainer(cfg)
+    try:
+        summary = trainer.fit()
+        rows = read_metrics(tmp_path / "run" / "metrics.jsonl", kind="train")
+        assert set(rows[0]["by_pref"]) == {"p0", "p1"}
+        learner_version = ray.get(trainer.learner.version.remote())
+        assert ray.get([w.ready_version.remote() for w in trainer.workers]) == [learner_version]
+        _, payload = ray.get(trainer.learner.get_weights.remote(adapter_only=True))
+        assert set(payload) == {"__lora__"} and payload["__lora__"]
+        assert "heldout_reward_gain" in summary
+    finally:
+        trainer.close()
+    ckpt = checkpoint.latest_good(cfg.run_dir) / "learner"
+    plain = AutoModelForCausalLM.from_pretrained(ckpt)
+    assert not any("lora" in k for k in plain.state_dict()) and torch.isfinite(
+        plain(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
