@@ -9,6 +9,7 @@ and metrics; the task order is a pure function of (seed, step), so a restarted r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import time
@@ -203,7 +204,8 @@ class Trainer:
                                         latency_scale=r.latency_scale, price_in=c.model.price_in_per_mtok,
                                         price_out=c.model.price_out_per_mtok))[3]
 
-        samples = demo_samples(self.train, tools, tok, launch.prompter_kwargs(c), launch.agent_kwargs(c),
+        tasks = paired_tasks(self.train, c.data.preference_pairs, c.seed) if c.sft.paired else self.train
+        samples = demo_samples(tasks, tools, tok, launch.prompter_kwargs(c), launch.agent_kwargs(c),
                                eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens,
                                candidates=c.sft.candidates, scorer=scorer)
         metrics: list[dict[str, Any]] = []
@@ -364,6 +366,14 @@ def step_requests(tasks: list[Task], step: int, group_size: int, pairs: str = ""
             out += [{"task": task, "uid": f"s{step}-{i}-{t.id}-p{k}", "group_size": group_size}
                     for _ in range(group_size)]
     return out
+
+
+def paired_tasks(tasks: list[Task], pairs: str, seed: int = 0) -> list[Task]:
+    """SFT with `sft.paired`: every task under every vector of the pairing, interleaved (task 0 under each
+    vector, then task 1, ...) so a prefix of the list covers whole tasks. Sampled vectors are drawn as for
+    RL step -1 (a stream of their own)."""
+    return [dataclasses.replace(t, pref=pref) for t in tasks
+            for pref in paired_preferences(pairs, t.id, -1, seed, list(t.model_mapping))]
 
 
 def _headline(m: dict[str, Any]) -> dict[str, Any]:

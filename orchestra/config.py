@@ -241,6 +241,10 @@ class SFTConfig:
     # 1: each demonstration is one random episode (teaches the format); k > 1: the best of k random episodes
     # under the task's preference (rejection sampling; the warm start then leans toward routes that paid off)
     candidates: int = 1
+    # with data.preference_pairs: each demonstrated task is played under every vector of the pairing (the
+    # tasks interleaved, so `demos` covers demos / K tasks under all K), best-of-`candidates` under that
+    # vector: the warm start sees the same question routed differently for different users
+    paired: bool = False
 
 
 @dataclass
@@ -476,6 +480,8 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")
     need(cfg.cluster.num_rollout_workers >= 1, "cluster.num_rollout_workers", "must be >= 1")
     need(cfg.sft.candidates >= 1, "sft.candidates", "must be >= 1 (1: plain random demonstrations)")
+    need(not cfg.sft.paired or bool(cfg.data.preference_pairs), "sft.paired",
+         "needs data.preference_pairs (the vectors each demonstrated task is played under)")
     need(cfg.zoo.server.max_concurrency >= 1, "zoo.server.max_concurrency", "must be >= 1")
     need(cfg.zoo.server.client_max_in_flight >= 0, "zoo.server.client_max_in_flight", "must be >= 0 (0: no cap)")
     need(cfg.tau2.max_errors >= 1, "tau2.max_errors", "must be >= 1")

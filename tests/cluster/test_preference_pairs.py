@@ -12,7 +12,7 @@ from fakes import make_task
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "reward"))
 from reward_episodes import build_episode  # noqa: E402
 
-from cluster.trainer import step_requests  # noqa: E402
+from cluster.trainer import paired_tasks, step_requests  # noqa: E402
 from orchestra.config import ConfigError, load_config  # noqa: E402
 from orchestra.preferences import PRESETS, paired_preferences, parse_pairs  # noqa: E402
 from orchestra.types import Task  # noqa: E402
@@ -53,6 +53,20 @@ def test_bad_pairings_are_refused_naming_the_key(spec):
         parse_pairs(spec)
     with pytest.raises(ConfigError, match="data.preference_pairs"):
         load_config([f"data.preference_pairs={spec}"])
+
+
+def test_paired_sft_plays_every_task_under_every_vector_whole_tasks_first():
+    tasks = [make_task(0), make_task(1)]
+    out = paired_tasks(tasks, "accuracy-first|cost-first")
+    assert [t.id for t in out] == [tasks[0].id, tasks[0].id, tasks[1].id, tasks[1].id]
+    assert [t.pref for t in out] == [PRESETS["accuracy-first"], PRESETS["cost-first"]] * 2
+    assert all(t.problem == tasks[i // 2].problem for i, t in enumerate(out))
+    assert tasks[0].pref == {"accuracy": 1.0, "cost": 0.5, "latency": 0.0}  # copies: the task list is untouched
+    sampled = paired_tasks(tasks, "sampled:3", seed=1)
+    assert len(sampled) == 6 and sampled[0].pref != sampled[1].pref
+    assert [t.pref for t in sampled] == [t.pref for t in paired_tasks(tasks, "sampled:3", seed=1)]
+    with pytest.raises(ConfigError, match="sft.paired"):
+        load_config(["sft.paired=true"])
 
 
 async def test_the_same_episodes_score_under_their_own_vector_against_their_own_group():
