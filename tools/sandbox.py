@@ -4,16 +4,27 @@
 `PythonTool` is the tool named "python" around it. Isolation, strongest first (which one ran goes in
 `meta["isolation"]`):
 
-* "bwrap" — bubblewrap: read-only bind of `/`, private tmpfs `/tmp` (size-capped), home and runtime dirs
-  (`/root`, `/home`, `/run`) masked by empty tmpfs (the interpreter's prefixes are bound back when they live
-  there), fresh /proc and /dev, no network (--unshare-net), own pid/ipc/uts namespaces, --new-session,
-  --die-with-parent, environment cleared. As an ordinary user it runs as uid nobody via --unshare-user
-  --uid 65534 --gid 65534. As root it mounts privileged and drops, with `setpriv`, to a per-run unprivileged
-  uid (the way judge systems such as isolate do): Linux never applies RLIMIT_NPROC to kuid 0 (and nobody
-  inside a user namespace created by root *is* kuid 0), and a uid shared between concurrent runs would let
-  one run's fork bomb starve another.
-* "unshare" — no usable bwrap: `unshare -rn --pid --fork --kill-child` (no network, own pid namespace),
-  warned once. * "rlimits" — not even that: rlimits only, warned once.
+* "bwrap" — bubblewrap over a root built from nothing (`_sandbox_root`), read-only: only the interpreter (its
+  symlink chain recreated), the sys.path dirs inside its prefix and base prefix (stdlib, lib-dynload, the
+  venv's site-packages: the tool promises numpy and sympy), the venv's pyvenv.cfg, the dirs of the shared
+  libraries `ldd` names for it (and for setpriv), and /usr/share/zoneinfo. No /etc, shell or other binaries,
+  project checkout, home, /run, host /tmp (Ray's session dir). Private size-capped tmpfs /tmp; fresh /proc
+  (own pid namespace: no host process can be seen, signalled or traced) and /dev; no network (own net
+  namespace, which also cuts abstract unix sockets); own ipc/uts namespaces; --new-session (no TIOCSTI into
+  our terminal); --die-with-parent; environment cleared. As an ordinary user it runs as uid nobody via
+  --unshare-user. As root it mounts privileged and drops, with `setpriv`, to a per-run unprivileged uid with
+  no capabilities (as judge systems such as isolate do): Linux never applies RLIMIT_NPROC to kuid 0 (and nobody
+  inside a user namespace created by root *is* kuid 0), and a uid shared between concurrent runs would let one
+  run's fork bomb starve another. Left visible: the bound paths' names (/proc/self/mountinfo, the
+  editable-install finder in site-packages), the site-packages' contents, and host-wide kernel facts in /proc
+  (cpuinfo, meminfo, uptime).
+* "unshare" — no usable bwrap: `unshare -rn --pid --fork --kill-child --mount-proc`, warned once. No network,
+  own pid namespace and /proc (host processes cannot be signalled, traced or read), but NO file-system
+  confinement: code reads every file its uid can (the project, home, secrets files, /tmp/ray) and writes
+  wherever its uid may; no private /tmp.
+* "rlimits" — not even that: rlimits only, warned once. No network, file-system or process confinement:
+  code can connect anywhere, read and write what its uid can, and signal, trace or read the environment of
+  every process of its uid (the orchestrator's own, unless root drops to a per-run uid).
 
 Always: rlimits set in the child (CPU seconds, address space, file size, processes, open files), a wall
 timeout that kills the whole process group (and with it the pid namespace), an environment reduced to
@@ -25,7 +36,9 @@ Retries, queueing and concurrency limits are the tool server's (actors/tool_serv
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
+import json
 import logging
 import os
 import resource
@@ -36,6 +49,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from orchestra.types import Task, ToolContext, ToolResult
@@ -96,8 +110,7 @@ class Sandbox:
     def __init__(self, cpu_seconds: int = 5, memory_mb: int = 512, file_size_mb: int = 16, max_processes: int = 32,
                  max_open_files: int = 64, wall_timeout_s: float = 10.0, max_output_chars: int = 4000,
                  price_per_second: float = 0.0, *, use_bwrap: bool = True, use_unshare: bool = True,
-                 python: str = "", tmp_size_mb: int = 64, masked_paths: tuple[str, ...] = ("/root", "/home", "/run"),
-                 uid_base: int = 100_000):
+                 python: str = "", tmp_size_mb: int = 64, uid_base: int = 100_000):
         """`use_bwrap` / `use_unshare` False force the weaker fallbacks (tests, hosts where they misbehave).
         `python` defaults to this interpreter, so sandboxed code sees the project's packages (numpy, sympy)."""
         if cpu_seconds <= 0 or memory_mb <= 0 or wall_timeout_s <= 0 or max_processes <= 0:
@@ -109,8 +122,8 @@ class Sandbox:
         self.wall_timeout_s, self.max_output_chars = float(wall_timeout_s), int(max_output_chars)
         self.price_per_second = float(price_per_second)
         self.use_bwrap, self.use_unshare = use_bwrap, use_unshare
-        self.python = python or sys.executable
-        self.tmp_size_mb, self.masked_paths, self.uid_base = int(tmp_size_mb), tuple(masked_paths), int(uid_base)
+        self.python = os.path.abspath(shutil.which(python) or python) if python else sys.executable
+        self.tmp_size_mb, self.uid_base = int(tmp_size_mb), int(uid_base)
         self._isolation: str | None = None
 
     @classmethod
@@ -123,50 +136,53 @@ class Sandbox:
     # -- choosing the isolation -------------------------------------------------------------------------
     @property
     def isolation(self) -> str:
-        """"bwrap", "unshare" or "rlimits": probed once per process (a probe is one ~0.1 s `true` run)."""
+        """"bwrap", "unshare" or "rlimits": probed once per process (a probe is one ~0.1 s run)."""
         if self._isolation is None:
             self._isolation = self._choose_isolation()
         return self._isolation
 
     def _choose_isolation(self) -> str:
         root = os.geteuid() == 0
-        if self.use_bwrap and shutil.which("bwrap") and (not root or shutil.which("setpriv")):
-            if _probe(tuple(self._bwrap_argv(["true"], uid=self.uid_base if root else None))):
-                return "bwrap"
         why = "disabled" if not self.use_bwrap else "not usable here (install bubblewrap)"
+        if self.use_bwrap and shutil.which("bwrap") and (not root or shutil.which("setpriv", path=SAFE_PATH)):
+            try:  # the probe runs the interpreter in the real root: it proves the binds suffice
+                argv = self._bwrap_argv([self.python, "-I", "-c", "pass"], self.uid_base if root else None)
+                if _probe(tuple(argv)):
+                    return "bwrap"
+            except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as e:
+                why = f"unusable: could not build the minimal root ({e})"
         if self.use_unshare and shutil.which("unshare") and _probe(tuple(self._unshare_prefix() + ["true"])):
-            _warn_once("unshare", f"sandbox: bwrap {why}; falling back to `unshare -rn` + rlimits (weaker: no "
-                                  "read-only file system, no private /tmp)")
+            _warn_once("unshare", f"sandbox: bwrap {why}; falling back to `unshare -rn` + rlimits (weaker: NO "
+                                  "file-system confinement -- code can read every file its uid can (the project, "
+                                  "home, secrets files, Ray's /tmp/ray) and write where its uid may, no private "
+                                  "/tmp; network and host processes stay cut off)")
             return "unshare"
         _warn_once("rlimits", f"sandbox: bwrap {why} and `unshare -rn` unavailable; running code with rlimits "
-                              "only (no network or file-system isolation)")
+                              "only (NO network, file-system or process isolation: code can connect anywhere, "
+                              "read and write every file its uid can, and signal, ptrace or read the "
+                              "environment of every process of its uid)")
         return "rlimits"
 
     def _unshare_prefix(self) -> list[str]:
-        return ["unshare", "-r", "-n", "--pid", "--fork", "--kill-child"]
+        # --mount-proc: without it /proc is the host's, and code could read /proc/<pid>/environ or write
+        # /proc/<pid>/mem of same-uid host processes by their host pid.
+        return ["unshare", "-r", "-n", "--pid", "--fork", "--kill-child", "--mount-proc"]
 
     def _bwrap_argv(self, inner: list[str], uid: int | None) -> list[str]:
-        argv = ["bwrap", "--ro-bind", "/", "/"]
-        keep = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.path.dirname(self.python))}
-        keep.add(os.path.dirname(os.path.realpath(self.python)))
-        for masked in self.masked_paths:
-            if not os.path.isdir(masked) or os.path.islink(masked):
-                continue
-            argv += ["--perms", "0755", "--tmpfs", masked]
-            for path in sorted(keep):
-                if path.startswith(masked.rstrip("/") + "/"):
-                    argv += ["--ro-bind", path, path]  # the interpreter must stay reachable
-        argv += ["--perms", "1777", "--size", str(self.tmp_size_mb << 20), "--tmpfs", "/tmp"]
-        for path in sorted(keep):  # a checkout (and its venv) under /tmp stays reachable, read-only
-            if path.startswith("/tmp/"):
-                argv += ["--ro-bind", path, path]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--unshare-net", "--unshare-pid", "--unshare-ipc",
-                 "--unshare-uts", "--new-session", "--die-with-parent", "--chdir", "/tmp", "--clearenv"]
+        setpriv = shutil.which("setpriv", path=SAFE_PATH) if uid is not None else None
+        # /tmp first: binds under it (a venv in /tmp) must land on the tmpfs, not be hidden by it. The root (a
+        # tmpfs bwrap builds) is remounted read-only last, once every mount point exists: under --unshare-user
+        # its dirs belong to the sandbox's own uid, which could otherwise fill it without any size cap.
+        argv = ["bwrap", "--perms", "1777", "--size", str(self.tmp_size_mb << 20), "--tmpfs", "/tmp",
+                *_sandbox_root(self.python, (setpriv,) if setpriv else ()),
+                "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--unshare-net", "--unshare-pid",
+                "--unshare-ipc", "--unshare-uts", "--new-session", "--die-with-parent", "--chdir", "/tmp",
+                "--clearenv"]
         for key, value in _scrubbed_env("/tmp").items():
             argv += ["--setenv", key, value]
         if uid is None:
             return argv + ["--unshare-user", "--uid", "65534", "--gid", "65534"] + inner
-        return argv + ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+        return argv + [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                        "--bounding-set=-all", "--no-new-privs"] + inner
 
     # -- running -----------------------------------------------------------------------------------------
@@ -284,6 +300,109 @@ def _cleanup(workdir: str | None) -> None:
 def _scrubbed_env(home: str) -> dict[str, str]:
     """The whole environment the code gets: nothing inherited, so no API key can leak in."""
     return {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": home}
+
+
+@functools.lru_cache(maxsize=8)
+def _sandbox_root(python: str, binaries: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """bwrap arguments that build the sandbox's root from nothing: read-only binds of only what `python` (and
+    `binaries`) need to run, plus the symlinks that lead to them. Raises RuntimeError when that cannot be
+    worked out or would expose too much; the caller then falls back (loudly) to a weaker isolation."""
+    query = "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.path]))"
+    out = subprocess.run([python, "-I", "-c", query], capture_output=True, text=True, check=True, timeout=30,
+                         env=_scrubbed_env("/tmp"), cwd="/")
+    prefix, base, path = json.loads(out.stdout)
+    homes = tuple(os.path.realpath(p) for p in (prefix, base))
+    links: dict[str, str] = {}
+    binds: set[str] = set()
+
+    def expose(p: str, whole_dir: bool = False) -> None:
+        real = _resolve(p, links)
+        binds.add(os.path.dirname(real) if whole_dir else real)
+
+    for exe in (python, *binaries):
+        expose(exe)
+        for lib in _shared_libraries(os.path.realpath(exe)):
+            expose(lib, whole_dir=True)  # the whole dir: extension modules load more libraries from it later
+    if os.path.isfile(os.path.join(prefix, "pyvenv.cfg")):
+        expose(os.path.join(prefix, "pyvenv.cfg"))  # without it a venv's python forgets its site-packages
+    # Only sys.path entries inside the interpreter's own trees: a .pth file may add the project checkout.
+    for entry in path:
+        if os.path.isdir(entry) and any(_within(os.path.realpath(entry), h) for h in homes):
+            expose(entry)
+    if os.path.isdir("/usr/share/zoneinfo"):
+        expose("/usr/share/zoneinfo")
+    binds = {b for b in binds if not any(b != o and _within(b, o) for o in binds)}  # drop nested binds
+    protected = [os.path.realpath(p) for p in (Path(__file__).resolve().parents[1], os.path.expanduser("~"))]
+    for b in binds:  # a top-level dir, or one holding the checkout or home, would undo the whole point
+        top_level = b.count("/") < 2 and b not in ("/lib", "/lib64", "/lib32")
+        if top_level or any(_within(p, b) for p in protected):
+            raise RuntimeError(f"the interpreter needs {b}, too broad to expose")
+    links = {at: to for at, to in links.items() if not any(_within(at, b) for b in binds)}  # already there
+    parents = {d for p in (*binds, *links) for d in _ancestors(p)} - {"/tmp"}
+    argv: list[str] = []
+    for d in sorted(parents):  # explicit 0755: bwrap makes implicit parents 0700, unreadable once we drop uid
+        argv += ["--perms", "0755", "--dir", d]
+    for at in sorted(links):
+        argv += ["--symlink", links[at], at]
+    for b in sorted(binds):
+        argv += ["--ro-bind", b, b]
+    return tuple(argv)
+
+
+def _resolve(path: str, links: dict[str, str]) -> str:
+    """realpath(path), recording into `links` every symlink passed on the way (where it is -> what it says),
+    so the sandbox can recreate them: a venv's python is usually a chain of links into a base install."""
+    # Not abspath: it folds "x/.." lexically, which is wrong when x is a symlink (ldd prints such paths).
+    full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
+    done, todo, hops = "/", [c for c in full.split("/") if c], 0
+    while todo:
+        part = todo.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            done = os.path.dirname(done)
+            continue
+        here = os.path.join(done, part)
+        if not os.path.islink(here):
+            done = here
+            continue
+        hops += 1
+        if hops > 40:
+            raise RuntimeError(f"too many symlinks resolving {path}")
+        links[here] = os.readlink(here)
+        todo = [c for c in links[here].split("/") if c] + todo
+        done = "/" if links[here].startswith("/") else done
+    if not os.path.exists(done):
+        raise RuntimeError(f"{path} does not exist")
+    return done
+
+
+def _shared_libraries(exe: str) -> list[str]:
+    """The shared objects (and ELF interpreter) `ldd` says `exe` loads, as absolute paths."""
+    if not shutil.which("ldd", path=SAFE_PATH):
+        raise RuntimeError("ldd not found")
+    out = subprocess.run(["ldd", exe], capture_output=True, text=True, timeout=30, env=_scrubbed_env("/tmp"))
+    if out.returncode != 0:
+        if "not a dynamic executable" in out.stdout + out.stderr:
+            return []
+        raise RuntimeError(f"ldd {exe} failed: {out.stderr.strip()}")
+    libs = []
+    for line in out.stdout.splitlines():
+        target = line.split("=>", 1)[-1].strip().split(" (")[0].strip()
+        if "not found" in line:
+            raise RuntimeError(f"{exe}: {line.strip()}")
+        if target.startswith("/"):
+            libs.append(target)
+    return libs
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
 def _probe(argv: tuple[str, ...]) -> bool:

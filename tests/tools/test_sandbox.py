@@ -1,12 +1,15 @@
-"""Sandbox escape suite and the python tool: every attack is contained, returns within its limits, and
-leaves the machine as it was. Runs in parallel (asyncio.gather) to stay fast; needs Linux."""
+"""Sandbox: attacks run all at once (asyncio.gather: concurrent runs must not weaken each other), the python
+tool, the fallbacks and the minimal root's construction. One test per escape attempt lives in
+test_sandbox_escape.py. Needs Linux."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import shutil
 import socket
+import sys
 import uuid
 from pathlib import Path
 
@@ -167,7 +170,8 @@ async def test_fallback_without_bwrap_warns_once(monkeypatch, caplog, listener):
         first, second = Sandbox(use_bwrap=False), Sandbox(use_bwrap=False)
         runs = await asyncio.gather(first.run(code), second.run(code))
     assert [r.isolation for r in runs] == [first.isolation] * 2 and first.isolation in ("unshare", "rlimits")
-    assert len([r for r in caplog.records if "falling back" in r.message or "rlimits only" in r.message]) == 1
+    warned = [r.message for r in caplog.records if "falling back" in r.message or "rlimits only" in r.message]
+    assert len(warned) == 1 and ("NO file-system confinement" in warned[0] or "NO network" in warned[0]), warned
     for run in runs:
         assert SECRET not in run.stdout and run.exit_code == 0
         if run.isolation == "unshare":
@@ -182,3 +186,50 @@ def test_bad_limits_rejected():
         Sandbox(cpu_seconds=0)
     with pytest.raises(ValueError):
         Sandbox(price_per_second=-1)
+
+
+def test_resolve_records_the_symlink_chain(tmp_path):
+    (tmp_path / "base" / "bin").mkdir(parents=True)
+    (tmp_path / "base" / "bin" / "python3.11").write_text("")
+    (tmp_path / "base" / "bin" / "python3").symlink_to("python3.11")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python3").symlink_to(tmp_path / "base" / "bin" / "python3")
+    (tmp_path / "venv" / "bin" / "python").symlink_to("python3")
+    (tmp_path / "venv" / "up").symlink_to(tmp_path / "base" / "bin")
+    links: dict[str, str] = {}
+    real = sandbox_mod._resolve(str(tmp_path / "venv" / "bin" / "python"), links)
+    assert real == str(tmp_path / "base" / "bin" / "python3.11")
+    assert links == {str(tmp_path / "venv" / "bin" / "python"): "python3",
+                     str(tmp_path / "venv" / "bin" / "python3"): str(tmp_path / "base" / "bin" / "python3"),
+                     str(tmp_path / "base" / "bin" / "python3"): "python3.11"}
+    # ".." after a symlink is taken from where the link points, as the kernel does (not folded lexically)
+    assert sandbox_mod._resolve(str(tmp_path / "venv" / "up" / ".." / "bin" / "python3.11"), {}) == real
+
+
+@pytest.mark.skipif(not shutil.which("ldd"), reason="needs ldd")
+def test_sandbox_root_binds_only_the_interpreter(monkeypatch):
+    argv = sandbox_mod._sandbox_root.__wrapped__(sys.executable)
+    binds = [argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"]
+    assert binds and all(argv[argv.index(b) + 1] == b for b in binds)
+    trees = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)]
+    for b in binds:
+        assert b.count("/") >= 2 or b in ("/lib", "/lib64"), b
+        assert not REPO.is_relative_to(b) and not Path.home().resolve().is_relative_to(b), b
+        assert not Path(b).is_relative_to(REPO) or any(Path(b).is_relative_to(t) for t in trees), b  # only a venv
+    assert not any(Path(b).is_relative_to("/etc") for b in binds)
+    # a library the interpreter would load from the checkout's top dir means binding the checkout: refused
+    monkeypatch.setattr(sandbox_mod, "_shared_libraries", lambda exe: [str(REPO / "pyproject.toml")])
+    with pytest.raises(RuntimeError, match="too broad"):
+        sandbox_mod._sandbox_root.__wrapped__(sys.executable)
+
+
+async def test_unbuildable_root_falls_back_loudly(monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("the interpreter needs /, too broad to expose")
+    monkeypatch.setattr(sandbox_mod, "_WARNED", set())
+    monkeypatch.setattr(sandbox_mod, "_sandbox_root", broken)
+    with caplog.at_level(logging.WARNING, logger="tools.sandbox"):
+        sb = Sandbox()
+        run = await sb.run("print(6 * 7)")
+    assert sb.isolation in ("unshare", "rlimits") and run.stdout.strip() == "42"
+    assert any("could not build the minimal root" in r.message and "too broad" in r.message for r in caplog.records)
