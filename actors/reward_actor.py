@@ -88,17 +88,23 @@ class RewardActor:
     def from_config(cls, reward_cfg: Any, model_cfg: Any = None, judge_expert: Any = None) -> RewardActor:
         """Build from RewardConfig (+ ModelConfig for the policy's prices, + the ExpertConfig named by
         `reward.judge_expert` for the `llm` judge's endpoint)."""
+        return cls(**cls.config_kwargs(reward_cfg, model_cfg, judge_expert))
+
+    @staticmethod
+    def config_kwargs(reward_cfg: Any, model_cfg: Any = None, judge_expert: Any = None) -> dict[str, Any]:
+        """The constructor's arguments from config: one mapping for every caller (the launcher passes them to
+        `.remote`), so a reward setting cannot be honoured by one backend and dropped by another."""
         j = judge_expert
-        return cls(rubric=reward_cfg.rubric, judges=dict(reward_cfg.judges), min_std=reward_cfg.min_std,
-                   clip=reward_cfg.adv_clip, cost_scale=reward_cfg.cost_scale,
-                   latency_scale=reward_cfg.latency_scale,
-                   orchestrator_price_in=model_cfg.price_in_per_mtok if model_cfg else 0.0,
-                   orchestrator_price_out=model_cfg.price_out_per_mtok if model_cfg else 0.0,
-                   count_generation_latency=reward_cfg.count_generation_latency,
-                   group_deadline_s=reward_cfg.group_deadline_s, failure_reward=reward_cfg.failure_reward,
-                   unanswered_penalty=reward_cfg.unanswered_penalty,
-                   judge_base_url=j.base_url if j else "", judge_model=(j.model or "") if j else "",
-                   judge_api_key_env=j.api_key_env if j else "", judge_timeout_s=j.timeout_s if j else 60.0)
+        return dict(rubric=reward_cfg.rubric, judges=dict(reward_cfg.judges), min_std=reward_cfg.min_std,
+                    clip=reward_cfg.adv_clip, cost_scale=reward_cfg.cost_scale,
+                    latency_scale=reward_cfg.latency_scale,
+                    orchestrator_price_in=model_cfg.price_in_per_mtok if model_cfg else 0.0,
+                    orchestrator_price_out=model_cfg.price_out_per_mtok if model_cfg else 0.0,
+                    count_generation_latency=reward_cfg.count_generation_latency,
+                    group_deadline_s=reward_cfg.group_deadline_s, failure_reward=reward_cfg.failure_reward,
+                    unanswered_penalty=reward_cfg.unanswered_penalty,
+                    judge_base_url=j.base_url if j else "", judge_model=(j.model or "") if j else "",
+                    judge_api_key_env=j.api_key_env if j else "", judge_timeout_s=j.timeout_s if j else 60.0)
 
     # ------------------------------------------------------------ the barrier
     async def submit(self, traj_dict: dict[str, Any], task_dict: dict[str, Any], group_size: int) -> dict[str, Any]:

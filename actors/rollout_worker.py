@@ -16,6 +16,7 @@ official evaluator scores here), and the user simulator is an in-process UserSim
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
@@ -103,20 +104,24 @@ class RolloutWorker:
 
     async def rollout(self, requests: list[dict[str, Any]], sampling: dict[str, Any],
                       score: bool = True) -> list[dict[str, Any]]:
-        """Run episodes; each request is {task, uid, group_size}. With `score`, each trajectory goes to the
-        reward actor as soon as it finishes and the result carries its score; else only the trajectory."""
+        """Run episodes; each request is {task, uid, group_size} and optionally `seed` (the episode samples from
+        its own stream, so it can be replayed: cluster/replay.py) and `episode_id`. With `score`, each trajectory
+        goes to the reward actor as soon as it finishes and the result carries its score; else only the
+        trajectory."""
         samp = Sampling(**sampling)
 
         async def one(req: dict[str, Any]) -> dict[str, Any]:
             task = Task.from_dict(req["task"])
+            s = samp if req.get("seed") is None else dataclasses.replace(samp, seed=int(req["seed"]))
+            eid = str(req.get("episode_id", ""))
             try:
                 if task.data_source.startswith("tau2/"):
-                    traj = await self._tau2_driver(task).run(task, samp, uid=req["uid"], policy_version=self.version)
+                    traj = await self._tau2_driver(task).run(task, s, uid=req["uid"], policy_version=self.version)
                 else:
                     await self._warm_schemas(task)
-                    traj = await self.loop.run(task, samp, uid=req["uid"], policy_version=self.version)
+                    traj = await self.loop.run(task, s, uid=req["uid"], episode_id=eid, policy_version=self.version)
             except Exception as e:  # never lose a group member: an error trajectory still reaches the reward
-                traj = Trajectory(task_id=task.id, uid=req["uid"], termination="error",
+                traj = Trajectory(task_id=task.id, uid=req["uid"], termination="error", episode_id=eid,
                                   error=f"rollout failed: {type(e).__name__}: {e}")
             out: dict[str, Any] = {"traj": traj.to_dict(), "task_id": task.id, "uid": req["uid"]}
             if score and self.reward_actor is not None:

@@ -8,7 +8,7 @@ actors (readable in the dashboard: `learner`, `reward`, `rollout-worker-0`, `too
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import ray
@@ -90,26 +90,24 @@ def start_reward_actor(cfg: ExperimentConfig) -> Any:
     from actors.reward_actor import RewardActor
 
     r = cfg.reward
+    # A killed reward actor restarts empty: retrying every call in flight (max_task_retries) makes the waiting
+    # `submit`s re-form their groups in the new process, so in-flight groups are re-scored, not lost.
+    # Only its metric counters since the last checkpoint are lost.
     cls = ray.remote(RewardActor).options(name="reward", num_cpus=cfg.cluster.reward_cpus, max_concurrency=1000,
-                                          max_restarts=cfg.cluster.max_restarts)
-    return cls.remote(rubric=r.rubric, judges=dict(r.judges), min_std=r.min_std, clip=r.adv_clip,
-                      cost_scale=r.cost_scale, latency_scale=r.latency_scale,
-                      orchestrator_price_in=cfg.model.price_in_per_mtok,
-                      orchestrator_price_out=cfg.model.price_out_per_mtok, group_deadline_s=r.group_deadline_s,
-                      failure_reward=r.failure_reward, count_generation_latency=r.count_generation_latency,
-                      **judge_kwargs(cfg))
+                                          max_restarts=cfg.cluster.max_restarts,
+                                          max_task_retries=cfg.cluster.max_restarts)
+    return cls.remote(**RewardActor.config_kwargs(r, cfg.model, judge_expert(cfg)))
 
 
-def judge_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The `llm` judge's endpoint: the expert named by reward.judge_expert (its key stays an env-var name)."""
+def judge_expert(cfg: ExperimentConfig) -> Any:
+    """The expert named by reward.judge_expert (the `llm` judge's endpoint; its key stays an env-var name)."""
     name = cfg.reward.judge_expert
     if not name:
-        return {}
+        return None
     if name not in cfg.zoo.experts:
         raise ValueError(f"reward.judge_expert: {name!r} is not an expert of zoo {cfg.zoo.name!r}")
     e = cfg.zoo.experts[name]
-    return {"judge_base_url": e.base_url, "judge_model": e.model or name, "judge_api_key_env": e.api_key_env,
-            "judge_timeout_s": e.timeout_s}
+    return replace(e, model=e.model or name)
 
 
 class LearnerProcess:
@@ -160,9 +158,11 @@ class LearnerProcess:
         self.learner.load(directory)
 
 
-def start_learner(cfg: ExperimentConfig) -> Any:
+def start_learner(cfg: ExperimentConfig, name: str = "learner") -> Any:
     c = cfg.cluster
-    cls = ray.remote(LearnerProcess).options(name="learner", num_cpus=c.learner_cpus, num_gpus=c.learner_gpus,
+    # Never restarted in place: a restarted learner holds initial weights and no optimizer state, and a queued
+    # update would train it silently. Trainer._recover replaces a dead one and restores the last checkpoint.
+    cls = ray.remote(LearnerProcess).options(name=name, num_cpus=c.learner_cpus, num_gpus=c.learner_gpus,
                                              max_restarts=0)
     return cls.remote(cfg)
 

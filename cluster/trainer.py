@@ -26,6 +26,7 @@ from cluster.train import Phases, describe, run_dir
 from orchestra import checkpoint
 from orchestra.agent_loop import episode_samples
 from orchestra.config import ExperimentConfig, task_tiers, to_yaml
+from orchestra.episodes import EpisodeLog, episode_record, episode_seed, save_weights, score_kwargs
 from orchestra.preferences import paired_preferences, preset
 from orchestra.tasks import build_task_set, load_corpus, load_tasks, save_corpus, save_tasks
 from orchestra.tracking import Tracker
@@ -68,6 +69,8 @@ class Trainer:
         self.console.print(f"actors up in {self.phases.times['start actors']:.1f}s: {len(self.workers)} rollout "
                            f"worker(s), tools {sorted(self.tools)}")
         self.tracker: Tracker | None = None
+        self._episodes: EpisodeLog | None = None  # episode records, opened at the first rollout
+        self._kept_versions: set[int] = set()  # policy versions whose weights this process saved for replay
 
     # ------------------------------------------------------------------ data
     def _data(self) -> None:
@@ -160,17 +163,19 @@ class Trainer:
         from reward.score import score_group
 
         tasks = self.heldout[: self.cfg.eval.n_tasks]
-        requests = [{"task": t.to_dict(), "uid": f"eval-{tag}-{t.id}-{k}", "group_size": 1}
+        self.sync_weights(only_stale=True)  # a worker restarted since the last sync holds its initial weights
+        # each held-out episode's seed depends on (task, k) only, not on `tag`: the evaluations before and after
+        # RL draw the same random numbers (common random numbers: less noise in the gain they measure)
+        requests = [{"task": t.to_dict(), "uid": f"eval-{tag}-{t.id}-{k}", "group_size": 1,
+                     "seed": episode_seed(self.cfg.seed, "eval", t.id, k), "episode_id": f"eval-{tag}-{t.id}-{k}"}
                     for k in range(self.cfg.eval.seeds) for t in tasks]
+        self._keep_weights()
         results = self.rollout(requests, eval_mode=True)
         by_id = {t.id: t for t in tasks}
         trajs = [Trajectory.from_dict(r["traj"]) for r in results]
-        r = self.cfg.reward
-        scored = asyncio.run(score_group(trajs, [by_id[t.task_id] for t in trajs], rubric="scalar",
-                                         judges=dict(r.judges), cost_scale=r.cost_scale,
-                                         latency_scale=r.latency_scale, price_in=self.cfg.model.price_in_per_mtok,
-                                         price_out=self.cfg.model.price_out_per_mtok,
-                                         failure_reward=r.failure_reward))
+        scored = asyncio.run(score_group(trajs, [by_id[t.task_id] for t in trajs],
+                                         **score_kwargs(self.cfg, "eval")))
+        self._record(f"eval_{tag}", "eval", -1, requests, results, [s.to_dict() for s in scored])
         mix = Counter(k for s in scored for k, v in s.tool_counts.items() for _ in range(v))
         families: dict[str, list[Any]] = {}
         for s, tr in zip(scored, trajs, strict=True):
@@ -222,12 +227,17 @@ class Trainer:
         with ph("sample"):
             requests = step_requests(self.sampler.batch(step), step, g, self.cfg.data.preference_pairs,
                                      self.cfg.seed)
+            for i, r in enumerate(requests):  # one sampling stream per episode: replayable (cluster/replay.py)
+                r["seed"], r["episode_id"] = episode_seed(self.cfg.seed, step, i), f"s{step}-e{i}"
         with ph("rollout"):
             self.sync_weights(only_stale=True)  # a worker restarted since the last sync gets the current policy
+            self._keep_weights()
             results = self.rollout(requests)
         with ph("advantages"):
             samples, scored = self._samples(results)
             report = ray.get(self.reward.step_report.remote())
+        with ph("record"):
+            self._record(f"step_{step:06d}", "train", step, requests, results, scored)
         with ph("update"):
             update = ray.get(self.learner.update.remote(samples)) if samples else {"skipped": 1.0}
         with ph("sync"):
@@ -263,6 +273,43 @@ class Trainer:
                 samples.append({**sample.__dict__, "advantage": s["advantage"]})
         return samples, scored
 
+    # ------------------------------------------------------------------ episode records (cluster/replay.py)
+    def _record(self, name: str, kind: str, step: int, requests: list[dict[str, Any]],
+                results: list[dict[str, Any]], scored: list[dict[str, Any]]) -> None:
+        """Write one record per episode; a failure here is reported and never stops training."""
+        if not self.cfg.log.episodes:
+            return
+        from actors.tool_server import RayToolClient
+
+        try:
+            if self._episodes is None:
+                self._episodes = EpisodeLog(self.dir)
+                self._schema_client = RayToolClient(self.tools, timeout_s=self.cfg.zoo.server.timeout_s)
+            by_id = {r["episode_id"]: r for r in requests}
+            records = []
+            for res, s in zip(results, scored, strict=True):
+                req = by_id.get(res["traj"].get("episode_id", ""))
+                if req is None:  # a worker died under it: nothing was generated to replay
+                    continue
+                key = self._episodes.schema_key(self._schema_client.schemas(Task.from_dict(req["task"])))
+                records.append(episode_record(kind, step, req, self._sampling(kind == "eval"), res["traj"], s, key))
+            self._episodes.write(name, records)
+        except Exception as e:
+            self.console.print(f"[yellow]episode records for {name} not written: {type(e).__name__}: {e}[/]")
+
+    def _keep_weights(self) -> None:
+        """With log.replay_weights, save the weights the coming rollouts run on (once per version and process:
+        a step re-run after a restore may reach the same version number with other weights)."""
+        if not (self.cfg.log.episodes and self.cfg.log.replay_weights):
+            return
+        try:
+            if ray.get(self.learner.version.remote()) not in self._kept_versions:
+                version, state = ray.get(self.learner.get_weights.remote())
+                save_weights(self.dir, version, state)
+                self._kept_versions.add(version)
+        except Exception as e:  # replay will name the version it lacks; the run goes on
+            self.console.print(f"[yellow]weights for replay not saved: {type(e).__name__}: {e}[/]")
+
     # ------------------------------------------------------------------ checkpoints
     def save(self, step: int, summary: dict[str, Any]) -> Path:
         reward_state = ray.get(self.reward.state.remote())
@@ -277,6 +324,7 @@ class Trainer:
     def restore(self, path: Path) -> tuple[int, dict[str, Any]]:
         ray.get(self.learner.load.remote(str(path / "learner")))
         ray.get(self.reward.load_state.remote(json.loads((path / "reward_state.json").read_text())))
+        self._kept_versions.clear()  # versions after this checkpoint will be re-made, perhaps with other weights
         self.sync_weights()
         meta = checkpoint.read_meta(path)
         return int(meta["step"]), dict(meta.get("summary", {}))
@@ -299,19 +347,59 @@ class Trainer:
             self.console.print(f"after SFT ({self.phases.times['sft']:.0f}s): {describe(_headline(summary['after_sft']))}")
             self.tracker.log(0, {"heldout": summary["after_sft"], "phase_s": self.phases.pop()}, kind="eval")
             self.save(0, summary)
-        for step in range(start + 1, c.algo.steps + 1):
-            metrics = self.step(step)
-            if step % c.checkpoint.every_steps == 0 or step == c.algo.steps:
-                with self.phases("checkpoint"):
-                    self.save(step, summary)
+        step, recoveries = start + 1, 0
+        while step <= c.algo.steps:
+            try:
+                metrics = self.step(step)
+                if step % c.checkpoint.every_steps == 0 or step == c.algo.steps:
+                    with self.phases("checkpoint"):
+                        self.save(step, summary)
+            except ray.exceptions.RayActorError as e:  # the learner (or an actor past its retries) died
+                recoveries += 1
+                if recoveries > c.cluster.max_restarts:
+                    raise
+                start, summary = self._recover(step, e)
+                step = start + 1
+                continue
             metrics["phase_s"] = self.phases.pop()
             self.tracker.log(step, metrics)
             self.console.print(f"step {step}/{c.algo.steps} " + describe(_headline(metrics))
                                + f" | {describe(metrics['phase_s'])}")
+            step += 1
         with self.phases("eval"):
             summary["after_rl"] = self.evaluate("final")
         self.tracker.log(c.algo.steps, {"heldout": summary["after_rl"]}, kind="eval")
         return self._finish(summary)
+
+    def _recover(self, step: int, error: Exception) -> tuple[int, dict[str, Any]]:
+        """An actor died under `step`. The learner is started with max_restarts=0 (a restarted learner would
+        hold initial weights and no optimizer state, and a queued update would silently train it): a dead one
+        is replaced by a fresh actor, then the newest good checkpoint is restored (policy, optimizer, reward
+        counters, workers' weights) and the run goes on from there, re-running the lost step(s) with the same
+        tasks — what a driver restart would do, without restarting the other actors."""
+        good = checkpoint.latest_good(self.dir, report=lambda m: self.console.print(f"[yellow]{m}[/]"))
+        if good is None:
+            raise error
+        self.console.print(f"[red]step {step}: {type(error).__name__}; resuming in-process from {good.name}[/]")
+        deadline = time.monotonic() + self.cfg.cluster.start_timeout_s
+        while True:
+            try:
+                ray.get(self.learner.version.remote(), timeout=self.cfg.cluster.start_timeout_s)
+                break
+            except ray.exceptions.ActorUnavailableError:  # not yet known dead or alive
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+            except ray.exceptions.RayActorError:
+                self.learner = None  # drop the dead actor's handle: Ray frees its name once no handle is left
+                try:
+                    self.learner = launch.start_learner(self.cfg)
+                except ValueError:  # the name is still held (another handle to the dead actor is alive)
+                    self.learner = launch.start_learner(self.cfg, name=f"learner-{step}-{time.time_ns()}")
+                launch.wait_ready(self.cfg, [self.learner.version.remote()], "learner")
+                break
+        self.phases.pop()
+        return self.restore(good)
 
     def _finish(self, summary: dict[str, Any]) -> dict[str, Any]:
         sft, rl = summary.get("after_sft", {}), summary["after_rl"]

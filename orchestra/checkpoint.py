@@ -113,10 +113,10 @@ def read_meta(path: Path) -> dict[str, Any]:
 
 
 def _prune(root: Path, keep: int) -> None:
+    for stray in root.glob(".tmp_step_*"):  # leftovers of writes killed mid-way (also with keep <= 0: keep all)
+        shutil.rmtree(stray, ignore_errors=True)
     if keep <= 0:
         return
     good = [p for p in sorted(root.iterdir(), reverse=True) if p.is_dir() and p.name.startswith("step_")]
     for old in good[keep:]:
         shutil.rmtree(old, ignore_errors=True)
-    for stray in root.glob(".tmp_step_*"):  # leftovers of writes killed mid-way
-        shutil.rmtree(stray, ignore_errors=True)

@@ -298,6 +298,10 @@ class LogConfig:
     tensorboard: bool = True
     wandb_project: str = ""  # used only when WANDB_API_KEY is set
     plots: bool = True
+    episodes: bool = True  # record every episode to <run_dir>/episodes/ for cluster/replay.py
+    # also keep each policy version's weights there, so replay can reproduce every episode, not only those
+    # sampled with checkpointed weights (the policy's size per RL step: cheap for tiny, not for an 8B model)
+    replay_weights: bool = False
 
 
 @dataclass

@@ -40,3 +40,31 @@ def ray_cluster():
                  namespace="orchestra-tests", log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+# ---------------------------------------------------------------- chaos suite (tests/cluster/test_chaos.py)
+CHAOS: list[dict] = []  # one record per killed actor kind: survived, unaccounted episodes, hangs, recovery time
+
+
+@pytest.fixture
+def chaos_record():
+    """Record one kill's outcome; the terminal summary prints a `CHAOS <kind> ...` line per record."""
+    def record(kind: str, *, survived: bool, unaccounted: int = 0, hang: int = 0, recover_s: float = 0.0) -> None:
+        CHAOS.append({"kind": kind, "survived": int(survived), "unaccounted": unaccounted, "hang": hang,
+                      "recover_s": recover_s})
+    return record
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not CHAOS:
+        return
+    tr = terminalreporter
+    tr.section("chaos")
+    for r in CHAOS:
+        tr.write_line(f"CHAOS {r['kind']} survived={r['survived']} unaccounted={r['unaccounted']} hang={r['hang']} "
+                      f"recover_s={r['recover_s']:.1f}")
+    every = all(r["survived"] for r in CHAOS)
+    lost, hangs = sum(r["unaccounted"] for r in CHAOS), sum(r["hang"] for r in CHAOS)
+    times = ", ".join(f"{r['kind']} {r['recover_s']:.1f}s" for r in CHAOS)
+    tr.write_line(f"Chaos: {'every' if every else 'NOT every'} actor kind survived, {lost} episodes unaccounted, "
+                  f"{hangs} hangs; time to recover per kind: {times}")

@@ -139,3 +139,20 @@ def test_through_ray(ray_cluster):
     report = ray.get(actor.step_report.remote())
     assert report["groups_scored"] == 6 and report["deadline_fires"] == 1 and report["missing"] == 2
     ray.kill(actor)
+
+
+def test_config_kwargs_carry_every_reward_setting():
+    """The launcher and from_config share one mapping, so no backend can drop a reward setting (the local
+    backend once ignored reward.unanswered_penalty): the settings reach the scoring arguments."""
+    import inspect
+
+    from cluster.launch import judge_expert
+    from orchestra.config import load_config
+
+    cfg = load_config(["experiment=cpu_smollm2", "reward.unanswered_penalty=0.25", "reward.failure_reward=-0.5"])
+    kw = RewardActor.config_kwargs(cfg.reward, cfg.model, judge_expert(cfg))
+    assert set(kw) <= set(inspect.signature(RewardActor.__init__).parameters)
+    assert {"unanswered_penalty", "failure_reward", "cost_scale", "latency_scale", "rubric"} <= set(kw)
+    score_kw = RewardActor(**kw).score_kw
+    assert (score_kw["unanswered_penalty"], score_kw["failure_reward"]) == (0.25, -0.5)
+    assert score_kw["price_in"] == cfg.model.price_in_per_mtok
