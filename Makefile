@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test train serve eval bench lint submit clean
+.PHONY: setup test train serve eval demo bench lint submit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ serve: setup
 
 eval: setup
 	$(PY) -m cluster.evaluate $(ARGS)
+
+# one request to a running `make serve` with the openai client: answer, tool trace, $ and seconds
+demo: setup
+	$(PY) -m cluster.demo $(ARGS)
 
 bench: setup
 	@set -e; for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done

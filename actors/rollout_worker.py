@@ -20,6 +20,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from actors import metrics
 from orchestra.agent_loop import AgentLoop
 from orchestra.engine import Sampling
 from orchestra.prompt import Prompter
@@ -96,6 +97,7 @@ class RolloutWorker:
                                 "use the hf engine with model.lora")
             self.engine.load_weights(self._merger.merge(model, state_dict), version, partial=True)
         self.version = version
+        metrics.record("policy_version", version, worker=self.worker_id)
         return version
 
     def load_weights_packed(self, weights: tuple[int, dict[str, Any]]) -> int:
@@ -123,6 +125,8 @@ class RolloutWorker:
             except Exception as e:  # never lose a group member: an error trajectory still reaches the reward
                 traj = Trajectory(task_id=task.id, uid=req["uid"], termination="error", episode_id=eid,
                                   error=f"rollout failed: {type(e).__name__}: {e}")
+            metrics.record("episodes_total", preset=metrics.preset_of(task.pref),
+                           termination=traj.termination)
             out: dict[str, Any] = {"traj": traj.to_dict(), "task_id": task.id, "uid": req["uid"]}
             if score and self.reward_actor is not None:
                 out["scored"] = await self.reward_actor.submit.remote(out["traj"], req["task"], req["group_size"])

@@ -27,6 +27,7 @@ from typing import Any
 
 from fastapi import Request  # module level: FastAPI resolves the string annotations against these globals
 
+from actors import metrics
 from actors import serve_api as api
 from actors.serve_api import ApiError, ChatRequest, ServeSettings
 from orchestra.agent_loop import AgentLoop
@@ -110,6 +111,8 @@ class OrchestraService:
 
     @staticmethod
     def _check(traj: Trajectory) -> None:
+        if traj.termination == "budget":
+            metrics.record("serve_budget_stops_total")
         if traj.termination == "error":
             log.error("episode %s failed: %s", traj.episode_id, traj.error)
             raise ApiError(500, "the orchestrator failed; see the server log", kind="server_error")
@@ -150,6 +153,8 @@ class OrchestraService:
                                         extra={"step": kind, **payload}))
             traj = await episode
             summary = self._summary(plan, traj, time.perf_counter() - start)
+            if traj.termination == "budget":
+                metrics.record("serve_budget_stops_total")
             if traj.termination == "error":
                 log.error("episode %s failed: %s", cid, traj.error)
                 yield api.sse({"error": {"message": "the orchestrator failed", "type": "server_error", "code": 500}})
@@ -212,6 +217,37 @@ def _step_line(kind: str, p: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------- the HTTP app
+class _ChatMetrics:
+    """ASGI middleware: status and latency to the response's first byte of every chat request, refusals
+    (401/413/429) and failures included. Plain ASGI, so streamed responses and client disconnects pass through
+    untouched."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http" or scope.get("path") != "/v1/chat/completions":
+            await self.app(scope, receive, send)
+            return
+        start, seen = time.perf_counter(), []
+
+        def done(code: int) -> None:
+            seen.append(code)
+            metrics.record("serve_requests_total", code=code)
+            metrics.record("serve_latency_seconds", time.perf_counter() - start, code=code)
+
+        async def watch(message: dict[str, Any]) -> None:
+            if message.get("type") == "http.response.start" and not seen:
+                done(int(message.get("status", 0)))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            if not seen:  # an exception escaped: the outer handler answers 500
+                done(500)
+
+
 def create_api(service: OrchestraService, *, api_keys: list[str] | None = None, max_request_bytes: int = 1_000_000,
                rate_limit_per_s: float = 0.0, rate_limit_burst: int = 20) -> Any:
     """The FastAPI app over `service`. No keys: open (in-process use and tests only; the Serve replica,
@@ -225,6 +261,7 @@ def create_api(service: OrchestraService, *, api_keys: list[str] | None = None, 
     if not keys.enabled:
         log.warning("serving without API keys: anyone who can reach this port can spend the zoo's budget")
     app = FastAPI(title="Orchestra", docs_url=None, redoc_url=None)
+    app.add_middleware(_ChatMetrics)
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, e: ApiError):

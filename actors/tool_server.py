@@ -28,6 +28,7 @@ from typing import Any
 
 import ray
 
+from actors import metrics
 from orchestra.types import Task, ToolCall, ToolContext, ToolResult
 from tools.base import guarded_call, unknown_tool
 
@@ -135,6 +136,7 @@ class ToolServer:
         self.slots = asyncio.Semaphore(max(int(max_concurrency), 1))
         self.ledger = ledger
         self.counts = collections.Counter()
+        self.waiting = self.running = 0  # calls at this server, for the dashboard's in-flight gauge
 
     def ready(self) -> int:
         return os.getpid()
@@ -160,19 +162,40 @@ class ToolServer:
             self.cache.move_to_end(key)
             self.counts["cache_hits"] += 1
             hit = self.cache[key]
+            metrics.record("tool_calls_total", tool=self.name, tier=metrics.tier_of(args, True, {}),
+                           status="cached")
             return dataclasses.replace(hit, cost_usd=0.0, latency_s=0.0,
                                        meta={**hit.meta, "cached": True, "queue_s": 0.0})
-        queued = await self.bucket.acquire()
-        async with self.slots:
-            queued = time.perf_counter() - arrived
-            result = await self._attempts(args, ctx)
+        state = self._in_flight("waiting")
+        try:
+            await self.bucket.acquire()
+            async with self.slots:
+                queued = time.perf_counter() - arrived
+                state = self._in_flight("running", state)
+                result = await self._attempts(args, ctx)
+        finally:  # also when the caller cancels
+            self._in_flight(None, state)
         result.meta["queue_s"] = queued
         result.meta["server_s"] = time.perf_counter() - arrived
+        tier = metrics.tier_of(args, result.ok, ctx.task.model_mapping)
+        status = metrics.tool_status(result.meta, result.ok)
+        metrics.record("tool_calls_total", tool=self.name, tier=tier, status=status)
+        metrics.record("tool_latency_seconds", result.meta["server_s"], tool=self.name, tier=tier)
+        metrics.record("tool_cost_usd_total", result.cost_usd, tool=self.name, tier=tier)
         if key and result.ok:
             self.cache[key] = dataclasses.replace(result, meta=dict(result.meta))  # callers may mutate theirs
             while len(self.cache) > self.cache_size:
                 self.cache.popitem(last=False)
         return result
+
+    def _in_flight(self, state: str | None, previous: str | None = None) -> str | None:
+        """Move one call between 'waiting' and 'running' (None: gone) and publish both counts."""
+        for st, delta in ((previous, -1), (state, 1)):
+            if st is not None:
+                setattr(self, st, getattr(self, st) + delta)
+        for st in ("waiting", "running"):
+            metrics.record("tool_in_flight", getattr(self, st), tool=self.name, state=st)
+        return state
 
     async def _attempts(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         cost = latency = waited = 0.0

@@ -3,7 +3,9 @@
 Runs the orchestrator and the baselines over a held-out task set and writes report.json / report.md /
 pareto.png / tool_mix.png plus episodes.jsonl (resumable: rerun the same command to finish a broken run).
 Own keys (everything else is a config override, e.g. experiment=mmlu_pro_replay or agent.max_turns=3):
-  checkpoint  run dir (newest good checkpoint), checkpoint dir, or HF model dir; empty: no orchestrator
+  checkpoint  run dir (newest good checkpoint), checkpoint dir, or HF model dir; empty (`checkpoint=`): the
+              baselines alone; not given: the run beside run_dir with the newest good checkpoint, in the
+              experiment it was trained in (so `make eval` right after `make train` needs no argument)
   base        true: also the untrained base policy (model.name, seeded) as a baseline
   dataset     template | Task file | loader:<name>:<path> | tau2:<domain>[:<version>[:<tasks.json>]]
               (default: data.source); held-out split. τ²: see `run_tau2` (seeds are trials: pass^1..pass^k)
@@ -264,6 +266,20 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     return report
 
 
+def newest_run(run_dir: str) -> tuple[Path, str | None] | None:
+    """The run dir beside `run_dir` with the newest good checkpoint, and the experiment it was trained in
+    (what `make eval` / `make serve` use when no checkpoint is named)."""
+    import yaml
+
+    from orchestra.checkpoint import latest_run
+
+    run = latest_run(Path(run_dir).parent)
+    if run is None:
+        return None
+    saved = run / "config.yaml"
+    return run, (yaml.safe_load(saved.read_text()) or {}).get("name") if saved.is_file() else None
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import Progress
@@ -276,6 +292,19 @@ def main(argv: list[str] | None = None) -> int:
     if (own.get("dataset") or cfg.data.source).split(":")[0] == "tau2":
         run_tau2(cfg, own, overrides)
         return 0
+    if "checkpoint" not in own and own.get("base", "false").lower() != "true":
+        found = newest_run(cfg.run_dir)
+        if found is None:
+            print(f"no trained run under {Path(cfg.run_dir).parent}/: run `make train` first, or name one with "
+                  "checkpoint=PATH (checkpoint= evaluates the baselines alone)", file=sys.stderr)
+            return 2
+        run, name = found
+        if name and name != cfg.name and not any(o.startswith("experiment=") for o in overrides):
+            overrides = [f"experiment={name}", *overrides]  # evaluate it as the experiment it was trained in
+            cfg = load_config(overrides)
+        own["checkpoint"] = str(run)
+        own.setdefault("out", str(run / "eval"))
+        print(f"evaluating the newest trained run, {run} ({cfg.name}); checkpoint=PATH picks another")
     ev, tasks, policies, prefs, seeds, out = build(cfg, own)
     out.mkdir(parents=True, exist_ok=True)
     console = Console()

@@ -92,6 +92,68 @@ def plan(argv: list[str]) -> ServePlan:
     return ServePlan(app.get("name", "orchestra"), app.get("route_prefix", "/"), args, http, dep)
 
 
+def pick_checkpoint(args: dict[str, Any], explicit: bool) -> None:
+    """No checkpoint named anywhere: serve the newest trained run (as the experiment it was trained in); a named
+    one must hold a model. Raises ValueError with what to do."""
+    from actors.serve_app import resolve_checkpoint
+    from cluster.evaluate import newest_run
+    from orchestra.config import load_config
+
+    if args.get("checkpoint"):
+        path = str(args["checkpoint"])
+        if path.startswith(("/", ".", "~", "runs/")) and not Path(path).expanduser().exists():
+            raise ValueError(f"checkpoint={path} does not exist; run `make train` first or name another run")
+        try:
+            resolve_checkpoint(path)  # anything else that is not a directory is a model name for load_policy
+        except ValueError as e:
+            raise ValueError(f"checkpoint={path}: {e}; run `make train` first or name another run") from e
+        return
+    if explicit:
+        return  # `checkpoint=`: the experiment's untrained model, on purpose
+    cfg = load_config([f"experiment={args.get('experiment', 'cpu_tiny')}", *args["overrides"]])
+    found = newest_run(cfg.run_dir)
+    if found is None:
+        print(f"no trained run under {Path(cfg.run_dir).parent}/: serving the untrained {cfg.name} policy "
+              "(run `make train` first, or pass checkpoint=PATH)", file=sys.stderr)
+        return
+    args["checkpoint"] = str(found[0])
+    if found[1] and found[1] != args.get("experiment"):
+        args["experiment"] = found[1]
+    print(f"serving the newest trained run, {found[0]}; checkpoint=PATH picks another", file=sys.stderr)
+
+
+def port_free(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def ensure_api_key(env: str) -> None:
+    """The endpoint never runs open: with no key in $env, one is generated once, kept in runs/serve_api_key
+    (mode 0600; `make demo` reads it) and handed to the local cluster through the environment. Never printed."""
+    import secrets
+
+    if os.environ.get(env, "").strip():
+        return
+    from cluster.demo import KEY_FILE
+
+    if not KEY_FILE.is_file():
+        KEY_FILE.parent.mkdir(parents=True, exist_ok=True)
+        tmp = KEY_FILE.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+        os.replace(tmp, KEY_FILE)
+    os.environ[env] = KEY_FILE.read_text().strip()
+    print(f"no ${env} set: the API key is in {KEY_FILE} (clients: export ORCHESTRA_API_KEY=$(cat {KEY_FILE}); "
+          "`make demo` reads it)", file=sys.stderr)
+
+
 def usage_text(url: str, model_id: str) -> str:
     key = "$ORCHESTRA_API_KEY"
     return (f"Orchestra is serving at {url}  (model id {model_id!r})\n"
@@ -106,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         p = plan(argv)
+        pick_checkpoint(p.args, explicit=any(a.startswith("checkpoint=") for a in argv))
     except ValueError as e:
         print(f"serve config error: {e}", file=sys.stderr)
         return 2
@@ -114,12 +177,19 @@ def main(argv: list[str] | None = None) -> int:
         shown["args"]["api_keys"] = ["***"] * len(shown["args"].get("api_keys") or [])  # keys never printed
         print(json.dumps(shown, indent=2))
         return 0
+    address = os.environ.get("RAY_ADDRESS", "")
+    host, port = p.http_options.get("host", "127.0.0.1"), int(p.http_options.get("port", 8000))
+    if not address:  # a local cluster: the port and the key are this machine's business
+        if not port_free(host, port):
+            print(f"port {port} on {host} is in use (another `make serve`?): stop it or pass port={port + 1}",
+                  file=sys.stderr)
+            return 2
+        ensure_api_key(str(p.args.get("api_keys_env", "ORCHESTRA_API_KEYS")))
     import ray
     from ray import serve
 
     from actors.serve_app import deployment
 
-    address = os.environ.get("RAY_ADDRESS", "")
     if address:
         ray.init(address=address)
     else:

@@ -14,6 +14,7 @@ in flight is lost). `backend=verl` hands over to cluster/verl_job.py.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from contextlib import contextmanager
@@ -42,6 +43,37 @@ class Phases:
         return out
 
 
+class Bars:
+    """Progress bars with elapsed time and ETA, one per phase (SFT steps, RL steps, each evaluation's episodes),
+    drawn under the run's console lines; off a terminal rich draws them once, at the end."""
+
+    def __init__(self, console: Any) -> None:
+        from rich import progress as p
+
+        self.progress = p.Progress(p.TextColumn("{task.description:<14}"), p.BarColumn(), p.MofNCompleteColumn(),
+                                   p.TimeElapsedColumn(), p.TextColumn("eta"), p.TimeRemainingColumn(),
+                                   console=console)
+
+    def __enter__(self) -> Bars:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+    def add(self, name: str, total: int, completed: int = 0) -> Any:
+        return self.progress.add_task(name, total=max(total, 1), completed=completed)
+
+    def advance(self, bar: Any, n: int = 1) -> None:
+        self.progress.advance(bar, n)
+
+    def set(self, bar: Any, completed: int) -> None:
+        self.progress.update(bar, completed=completed)
+
+    def remove(self, bar: Any) -> None:
+        self.progress.remove_task(bar)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     print_only = "--print-config" in argv
@@ -54,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     if print_only:
         print(to_yaml(cfg))
         return 0
+    if shutil.which("bwrap") is None:  # the sandbox still isolates, less well: say so before minutes of work
+        print("warning: bubblewrap is not installed, so model-written code runs under the weaker `unshare` + "
+              "rlimits sandbox; install it: apt-get install -y bubblewrap", file=sys.stderr)
     if cfg.backend == "verl":
         from cluster.verl_job import main as verl_main
 

@@ -21,8 +21,9 @@ from typing import Any
 import ray
 from rich.console import Console
 
+from actors import metrics as dashboard
 from cluster import launch
-from cluster.train import Phases, describe, run_dir
+from cluster.train import Bars, Phases, describe, run_dir
 from orchestra import checkpoint
 from orchestra.agent_loop import episode_samples
 from orchestra.config import ExperimentConfig, task_tiers, to_yaml
@@ -52,6 +53,7 @@ class TaskSampler:
 class Trainer:
     def __init__(self, cfg: ExperimentConfig, console: Console | None = None):
         self.cfg, self.console = cfg, console or Console()
+        self.bars = Bars(self.console)
         self.dir = run_dir(cfg)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.phases = Phases()
@@ -98,7 +100,8 @@ class Trainer:
         temperature = self.cfg.eval.temperature if eval_mode else s.temperature
         return {"max_tokens": s.max_tokens, "temperature": temperature, "top_p": s.top_p, "top_k": s.top_k}
 
-    def rollout(self, requests: list[dict[str, Any]], eval_mode: bool = False) -> list[dict[str, Any]]:
+    def rollout(self, requests: list[dict[str, Any]], eval_mode: bool = False,
+                bar: Any = None) -> list[dict[str, Any]]:
         """Spread whole groups over the workers; ray.wait for them; a dead worker's episodes become errors."""
         by_uid: dict[str, list[dict[str, Any]]] = {}
         for r in requests:
@@ -118,6 +121,8 @@ class Trainer:
                 self.console.print(f"[red]rollout worker failed ({type(e).__name__}); {len(shard)} episodes "
                                    "marked as errors with the failure reward[/]")
                 results.extend(self._failed(shard, f"rollout worker died: {type(e).__name__}", eval_mode))
+            if bar is not None:
+                self.bars.advance(bar, len(shard))
         return results
 
     def _failed(self, shard: list[dict[str, Any]], reason: str, eval_mode: bool) -> list[dict[str, Any]]:
@@ -170,7 +175,9 @@ class Trainer:
                      "seed": episode_seed(self.cfg.seed, "eval", t.id, k), "episode_id": f"eval-{tag}-{t.id}-{k}"}
                     for k in range(self.cfg.eval.seeds) for t in tasks]
         self._keep_weights()
-        results = self.rollout(requests, eval_mode=True)
+        bar = self.bars.add(f"eval {tag}", len(requests))
+        results = self.rollout(requests, eval_mode=True, bar=bar)
+        self.bars.remove(bar)
         by_id = {t.id: t for t in tasks}
         trajs = [Trajectory.from_dict(r["traj"]) for r in results]
         scored = asyncio.run(score_group(trajs, [by_id[t.task_id] for t in trajs],
@@ -180,6 +187,7 @@ class Trainer:
         families: dict[str, list[Any]] = {}
         for s, tr in zip(scored, trajs, strict=True):
             families.setdefault(str(by_id[tr.task_id].meta.get("family", "all")), []).append(s)
+        dashboard.record("heldout_score", mean(s.reward for s in scored), stage=tag)
         return {"score": mean(s.reward for s in scored), "accuracy": mean(float(s.correct) for s in scored),
                 # per task family: where the routing improved (score, accuracy, $)
                 "by_family": {f: {"score": mean(s.reward for s in v), "accuracy": mean(float(s.correct) for s in v),
@@ -214,8 +222,10 @@ class Trainer:
                                eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens,
                                candidates=c.sft.candidates, scorer=scorer)
         metrics: list[dict[str, Any]] = []
+        bar = self.bars.add("SFT steps", c.sft.steps)
         for i, batch in enumerate(sft_batches(samples, c.sft.steps, c.sft.batch_size, c.seed)):
             metrics.append(ray.get(self.learner.sft_update.remote(batch, lr=sft_lr(c.sft, i))))
+            self.bars.advance(bar)
             if (i + 1) % max(1, c.sft.steps // 5) == 0:
                 self.console.print(f"  sft {i + 1}/{c.sft.steps}: loss {metrics[-1]['sft_loss']:.3f}")
         ray.get(self.learner.reset_reference.remote())  # KL anchors RL to the warm-started policy
@@ -230,7 +240,7 @@ class Trainer:
             for i, r in enumerate(requests):  # one sampling stream per episode: replayable (cluster/replay.py)
                 r["seed"], r["episode_id"] = episode_seed(self.cfg.seed, step, i), f"s{step}-e{i}"
         with ph("rollout"):
-            self.sync_weights(only_stale=True)  # a worker restarted since the last sync gets the current policy
+            current = self.sync_weights(only_stale=True)  # a worker restarted since the last sync gets it too
             self._keep_weights()
             results = self.rollout(requests)
         with ph("advantages"):
@@ -243,12 +253,16 @@ class Trainer:
         with ph("sync"):
             # between RL steps only adapters change: workers hold the weights of the last full sync
             version = self.sync_weights(adapter_only=self.cfg.model.lora.r > 0) if samples else None
+        played = [r["traj"].get("policy_version", current) for r in results
+                  if r["traj"].get("termination") != "error"]
         out: dict[str, Any] = {"reward": mean(s["reward"] for s in scored),
                                "accuracy": mean(float(s["correct"]) for s in scored),
                                "cost_usd": mean(s["cost"]["total_usd"] for s in scored),
                                "latency_s": mean(s["latency_s"] for s in scored),
                                "format_ok": mean(float(all(t["format_ok"] for t in r["traj"]["turns"])) for r in results),
                                "samples": len(samples), "version": version or 0, "reward_actor": report,
+                               # 0 while rollouts wait for each sync (this trainer); > 0: off-policy data
+                               "version_lag": max([current - v for v in played] or [0]),
                                "learner": update}
         if self.cfg.data.preference_pairs:  # does the policy act differently per vector? ($ and accuracy per k)
             by_k: dict[str, list[dict[str, Any]]] = {}
@@ -331,6 +345,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ the run
     def fit(self) -> dict[str, Any]:
+        with self.bars:
+            return self._fit()
+
+    def _fit(self) -> dict[str, Any]:
         c = self.cfg
         good = checkpoint.latest_good(self.dir, report=lambda m: self.console.print(f"[yellow]{m}[/]"))
         self.tracker = Tracker(self.dir, c.log.tensorboard, c.log.wandb_project, resume=good is not None)
@@ -348,6 +366,7 @@ class Trainer:
             self.tracker.log(0, {"heldout": summary["after_sft"], "phase_s": self.phases.pop()}, kind="eval")
             self.save(0, summary)
         step, recoveries = start + 1, 0
+        bar = self.bars.add("RL steps", c.algo.steps, completed=start)
         while step <= c.algo.steps:
             try:
                 metrics = self.step(step)
@@ -360,11 +379,14 @@ class Trainer:
                     raise
                 start, summary = self._recover(step, e)
                 step = start + 1
+                self.bars.set(bar, start)
                 continue
             metrics["phase_s"] = self.phases.pop()
             self.tracker.log(step, metrics)
+            dashboard.record_step(step, metrics)
             self.console.print(f"step {step}/{c.algo.steps} " + describe(_headline(metrics))
                                + f" | {describe(metrics['phase_s'])}")
+            self.bars.advance(bar)
             step += 1
         with self.phases("eval"):
             summary["after_rl"] = self.evaluate("final")
@@ -417,6 +439,10 @@ class Trainer:
         for tag in ("after_sft", "after_rl"):
             if tag in summary:
                 self.console.print(f"held-out {tag}: {describe(_headline(summary[tag]))}")
+        url, series = dashboard.exported()
+        if series:  # what the Ray dashboard's Prometheus/Grafana can chart (cluster/grafana/orchestra_dashboard.json)
+            self.console.print(f"dashboard: {len(series)} Orchestra metrics, {sum(series.values())} labelled series "
+                               f"at {url}")
         for fam, after in rl.get("by_family", {}).items():
             before = sft.get("by_family", {}).get(fam, {})
             change = {k: (f"{before[k]:.3g} -> " if k in before else "") + f"{after[k]:.3g}"

@@ -108,6 +108,15 @@ def latest_good(run_dir: str | Path, report: Callable[[str], None] | None = None
     return None
 
 
+def latest_run(root: str | Path) -> Path | None:
+    """The run directory under `root` (or `root` itself) whose newest good checkpoint was written last: what
+    `make eval` and `make serve` use when no checkpoint is named."""
+    root = Path(root)
+    runs = [root, *sorted(p for p in root.iterdir() if p.is_dir())] if root.is_dir() else []
+    found = [(good.stat().st_mtime, run) for run in runs if (good := latest_good(run, report=lambda _m: None))]
+    return max(found)[1] if found else None
+
+
 def read_meta(path: Path) -> dict[str, Any]:
     return json.loads((path / "meta.json").read_text())
 

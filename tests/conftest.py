@@ -37,7 +37,9 @@ def ray_cluster():
     if not ray.is_initialized():
         ray.init(num_cpus=64,  # logical CPUs: tests keep many small actors alive at once
                  object_store_memory=256 * 1024**2, include_dashboard=False,
-                 namespace="orchestra-tests", log_to_driver=False, configure_logging=False)
+                 namespace="orchestra-tests", log_to_driver=False, configure_logging=False,
+                 # metrics reach the export port within ~1 s, not 10 (tests/actors/test_metrics.py polls it)
+                 _system_config={"metrics_report_interval_ms": 1000})
     yield ray
     ray.shutdown()
 

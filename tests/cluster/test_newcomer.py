@@ -1,0 +1,145 @@
+"""The newcomer path: `make eval` / `make serve` find the newest trained run, `make serve` never runs open and
+names a busy port, `make demo` prints the answer and the tool trace from a live endpoint, and each failure on the
+way is one line saying what to do."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fakes import ByteTokenizer, FakeTool, ScriptedEngine, call_text
+
+from orchestra import checkpoint
+
+
+def fake_run(root: Path, name: str, experiment: str = "cpu_tiny") -> Path:
+    run = root / name
+    checkpoint.save(run, 1, lambda d: (d / "learner").mkdir(), {"summary": {}})
+    (run / "config.yaml").write_text(f"name: {experiment}\nrun_dir: {run}\n")
+    return run
+
+
+def test_latest_run_is_the_one_checkpointed_last(tmp_path):
+    assert checkpoint.latest_run(tmp_path / "missing") is None
+    (tmp_path / "empty").mkdir()
+    assert checkpoint.latest_run(tmp_path) is None  # a dir without checkpoints is not a run
+    old, new = fake_run(tmp_path, "a"), fake_run(tmp_path, "b")
+    os.utime(checkpoint.latest_good(old), (time.time() + 60, time.time() + 60))
+    assert checkpoint.latest_run(tmp_path) == old
+    os.utime(checkpoint.latest_good(new), (time.time() + 120, time.time() + 120))
+    assert checkpoint.latest_run(tmp_path) == new
+
+
+def test_eval_without_a_run_says_what_to_do(tmp_path, capsys):
+    from cluster.evaluate import main, newest_run
+
+    assert main([f"run_dir={tmp_path / 'cpu_tiny'}"]) == 2
+    assert "run `make train` first" in capsys.readouterr().err
+    fake_run(tmp_path, "smol", experiment="cpu_smollm2")
+    run, name = newest_run(str(tmp_path / "cpu_tiny"))
+    assert run == tmp_path / "smol" and name == "cpu_smollm2"  # evaluated as the experiment it was trained in
+
+
+def test_serve_picks_the_newest_run_and_rejects_a_missing_one(tmp_path, capsys):
+    from cluster.serve import pick_checkpoint
+
+    args = {"experiment": "cpu_tiny", "overrides": [f"run_dir={tmp_path / 'cpu_tiny'}"], "checkpoint": ""}
+    pick_checkpoint(args, explicit=False)
+    assert args["checkpoint"] == "" and "serving the untrained" in capsys.readouterr().err
+    pick_checkpoint(args, explicit=True)  # `checkpoint=`: the untrained model on purpose, silently
+    assert args["checkpoint"] == ""
+    with pytest.raises(ValueError, match="make train"):
+        pick_checkpoint({**args, "checkpoint": str(tmp_path / "nope")}, explicit=True)
+    (tmp_path / "notrun").mkdir()
+    with pytest.raises(ValueError, match="no valid checkpoint|neither"):
+        pick_checkpoint({**args, "checkpoint": str(tmp_path / "notrun")}, explicit=True)
+
+
+def test_serve_names_a_busy_port_and_makes_a_private_key(tmp_path, monkeypatch, capsys):
+    from cluster.serve import ensure_api_key, main, port_free
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert not port_free("127.0.0.1", port)
+        assert main([f"port={port}", "checkpoint="]) == 2
+        assert f"port {port} on 127.0.0.1 is in use" in capsys.readouterr().err
+    assert port_free("127.0.0.1", port)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TEST_KEYS", raising=False)
+    ensure_api_key("TEST_KEYS")
+    key_file = tmp_path / "runs" / "serve_api_key"
+    key = key_file.read_text().strip()
+    assert len(key) >= 32 and os.environ["TEST_KEYS"] == key
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert key not in capsys.readouterr().err  # the key is never printed
+    monkeypatch.delenv("TEST_KEYS")
+    ensure_api_key("TEST_KEYS")  # the same key next time: clients keep working across restarts
+    assert os.environ["TEST_KEYS"] == key
+
+
+@pytest.fixture
+def live_app():
+    """The real FastAPI app (scripted policy, fake tools) under uvicorn on 127.0.0.1, with key `k`."""
+    import uvicorn
+
+    from actors.serve_app import OrchestraService, create_api
+    from orchestra.agent_loop import AgentLoop
+    from orchestra.prompt import Prompter
+    from tools.base import LocalToolClient
+
+    tok = ByteTokenizer()
+
+    def policy(prompt: str) -> str:
+        return call_text("answer", model="answer-1") if "[Attempt" in prompt else call_text("search", model="search-1")
+
+    tools = {"search": FakeTool("search", cost_usd=0.01, latency_s=0.5),
+             "answer": FakeTool("answer", cost_usd=0.02, reply="391", answers=True)}
+    loop = AgentLoop(ScriptedEngine(tok, policy), LocalToolClient(tools), Prompter(tok), eos_token_ids=[tok.eos_token_id])
+    app = create_api(OrchestraService(loop, ["search", "answer"], {"search-1": "gpt-5", "answer-1": "gpt-5"},
+                                      max_tokens=200), api_keys=["k"])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_demo_prints_answer_trace_cost_and_seconds(live_app, monkeypatch, capsys):
+    from cluster.demo import main
+
+    monkeypatch.setenv("ORCHESTRA_API_KEY", "k")
+    assert main([f"url={live_app}", "question=What is 17 * 23?"]) == 0
+    out = capsys.readouterr().out
+    assert "A: 391" in out and "search via search-1 (gpt-5): $0.010000, 0.50 s" in out
+    assert "answer via answer-1" in out and "$0.030000 of tools" in out and "answered after 2 turns" in out
+    monkeypatch.setenv("ORCHESTRA_API_KEY", "wrong")
+    assert main([f"url={live_app}"]) == 1 and "refused the API key" in capsys.readouterr().err
+
+
+def test_demo_without_a_server_or_key_says_what_to_do(tmp_path, monkeypatch, capsys):
+    from cluster.demo import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCHESTRA_API_KEY", raising=False)
+    assert main([]) == 2 and "no API key" in capsys.readouterr().err
+    monkeypatch.setenv("ORCHESTRA_API_KEY", "k")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    assert main([f"url=http://127.0.0.1:{port}"]) == 1
+    assert "run `make serve` in another terminal first" in capsys.readouterr().err
+    assert main(["bogus=1"]) == 2
