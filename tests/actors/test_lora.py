@@ -32,7 +32,7 @@ class _Worker(RolloutWorker):
     """The worker's weight-sync path alone, around a plain HF engine (no tools, no agent loop)."""
 
     def __init__(self, model):
-        self.engine, self.version, self._merger = HFEngine(model, [1], PAD), 0, None
+        self.engine, self.version, self._merger, self.worker_id = HFEngine(model, [1], PAD), 0, None, 0
 
 
 def logits(model, ids):

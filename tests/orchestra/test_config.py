@@ -54,6 +54,8 @@ def test_cli_overrides_and_group_swap():
     ("model.lora.r=-1", "model.lora.r"),
     ("model.lora.target_modules=[]", "model.lora.target_modules"),
     ("model.lora.rank=8", "model.lora.rank"),
+    ("zoo.retriever.kind=sparse", "zoo.retriever.kind"),
+    ("zoo.retriever.index_type=pq", "zoo.retriever.index_type"),
     ("justtext", "key=value"),
 ])
 def test_bad_overrides_name_the_key(override, needle):
