@@ -358,7 +358,7 @@ async def _raw_chunks(cid: str, model: str, message: dict[str, Any], finish: str
 # ---------------------------------------------------------------- production builder and the Serve replica
 def resolve_checkpoint(path: str) -> str:
     """A policy dir for load_policy: an HF dir/id as is; a run dir -> its latest good checkpoint; a checkpoint
-    step dir -> its `policy/` subdir when the learner saved the model there."""
+    step dir -> the subdir holding the model (`learner/` as cluster/trainer.py saves it, or `policy/`, `model/`)."""
     p = Path(path).expanduser()
     if not p.is_dir():
         return path  # an HF id, or 'tiny' / 'smollm2'
@@ -369,7 +369,7 @@ def resolve_checkpoint(path: str) -> str:
         if found is None:
             raise ValueError(f"run dir {p} holds no valid checkpoint")
         p = found
-    for candidate in (p, p / "policy", p / "model"):
+    for candidate in (p, p / "learner", p / "policy", p / "model"):  # learner/: what the trainer checkpoints
         if (candidate / "config.json").is_file():
             return str(candidate)
     raise ValueError(f"{p} is neither an HF checkpoint (config.json) nor a run/checkpoint dir holding one")

@@ -116,6 +116,10 @@ def pick_checkpoint(args: dict[str, Any], explicit: bool) -> None:
         print(f"no trained run under {Path(cfg.run_dir).parent}/: serving the untrained {cfg.name} policy "
               "(run `make train` first, or pass checkpoint=PATH)", file=sys.stderr)
         return
+    try:
+        resolve_checkpoint(str(found[0]))
+    except ValueError as e:
+        raise ValueError(f"the newest trained run cannot be served: {e}; name another with checkpoint=PATH") from e
     args["checkpoint"] = str(found[0])
     if found[1] and found[1] != args.get("experiment"):
         args["experiment"] = found[1]

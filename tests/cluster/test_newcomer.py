@@ -18,8 +18,13 @@ from orchestra import checkpoint
 
 
 def fake_run(root: Path, name: str, experiment: str = "cpu_tiny") -> Path:
+    """A run dir laid out as cluster/trainer.py writes it (the model in <checkpoint>/learner/)."""
+    def write(d: Path) -> None:
+        (d / "learner").mkdir()
+        (d / "learner" / "config.json").write_text("{}")
+
     run = root / name
-    checkpoint.save(run, 1, lambda d: (d / "learner").mkdir(), {"summary": {}})
+    checkpoint.save(run, 1, write, {"summary": {}})
     (run / "config.yaml").write_text(f"name: {experiment}\nrun_dir: {run}\n")
     return run
 
@@ -53,6 +58,12 @@ def test_serve_picks_the_newest_run_and_rejects_a_missing_one(tmp_path, capsys):
     assert args["checkpoint"] == "" and "serving the untrained" in capsys.readouterr().err
     pick_checkpoint(args, explicit=True)  # `checkpoint=`: the untrained model on purpose, silently
     assert args["checkpoint"] == ""
+    run = fake_run(tmp_path, "cpu_tiny")
+    pick_checkpoint(args, explicit=False)
+    assert args["checkpoint"] == str(run) and "serving the newest trained run" in capsys.readouterr().err
+    from actors.serve_app import resolve_checkpoint
+
+    assert resolve_checkpoint(str(run)) == str(checkpoint.latest_good(run) / "learner")  # what the replica loads
     with pytest.raises(ValueError, match="make train"):
         pick_checkpoint({**args, "checkpoint": str(tmp_path / "nope")}, explicit=True)
     (tmp_path / "notrun").mkdir()
