@@ -323,13 +323,14 @@ FINISH = {"answered": "stop", "max_turns": "length", "budget": "length", "error"
 
 
 def trace_of(traj: Trajectory, tiers: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """The tool chain a client sees: one entry per call with its tier, expert, cost, latency and error
-    (a refused call names the expert its tier maps to)."""
+    """The tool chain a client sees: one entry per call with its tier, expert, cost, latency, error and whether
+    the expert is simulated (a refused call names the expert its tier maps to)."""
     tiers = tiers or {}
     return [{"turn": r.turn, "tool": r.name, "tier": r.tool_id,
              "expert": r.result.meta.get("model") or tiers.get(r.tool_id),
              "cost_usd": r.result.cost_usd, "latency_s": r.result.latency_s, "error": r.result.error,
-             "budget_refused": bool(r.result.meta.get("budget_refused"))} for r in traj.tool_records]
+             "budget_refused": bool(r.result.meta.get("budget_refused")),
+             "simulated": bool(r.result.meta.get("simulated"))} for r in traj.tool_records]
 
 
 def final_text(traj: Trajectory) -> str:

@@ -60,13 +60,18 @@ def main(argv: list[str] | None = None) -> int:
     extra = (resp.model_extra or {}).get("orchestra") or {}
     print(f"Q: {args['question']}  (preference {args['preference']})")
     print(f"A: {resp.choices[0].message.content}")
-    for call in extra.get("trace", []):
+    trace = extra.get("trace", [])
+    for call in trace:
         err = f"  error: {call['error']}" if call.get("error") else ""
-        print(f"  turn {call['turn']}: {call['tool']} via {call['tier']} ({call.get('expert') or '-'}): "
+        sim = " simulated" if call.get("simulated") else ""
+        print(f"  turn {call['turn']}: {call['tool']} via {call['tier']} ({call.get('expert') or '-'}{sim}): "
               f"${call['cost_usd']:.6f}, {call['latency_s']:.2f} s{err}")
     print(f"episode: {extra.get('termination', '?')} after {extra.get('turns', '?')} turns, "
           f"${extra.get('cost_usd', 0.0):.6f} of tools, {extra.get('latency_s', 0.0):.2f} s of tool latency; "
           f"request {wall:.2f} s wall")
+    if any(call.get("simulated") for call in trace):  # say so, rather than let an empty answer look like a bug
+        print("note: the embedded zoo's experts are simulated (priced and timed like the real models, seconds not "
+              "slept); they know no answer to a served question. Real experts: zoo.experts.<name>.kind=openai.")
     return 0
 
 
