@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -26,9 +27,21 @@ def init_ray(cfg: ExperimentConfig) -> str:
         ray.init(address=address, runtime_env=env, log_to_driver=True)
         return f"attached to {address}"
     port = {"_metrics_export_port": cfg.cluster.metrics_export_port} if cfg.cluster.metrics_export_port else {}
-    ray.init(num_cpus=cfg.cluster.num_cpus, object_store_memory=cfg.cluster.object_store_memory_mb * 1024**2,
-             include_dashboard=None, runtime_env=env, log_to_driver=True, **port)
-    return f"local cluster ({ray.cluster_resources().get('CPU', 0):g} CPUs)"
+    # address="local": a new cluster of this run's size even when `ray start` left one running here (plain
+    # ray.init() would attach to it and then refuse num_cpus / object_store_memory with a traceback)
+    ray.init(address="local", num_cpus=cfg.cluster.num_cpus,
+             object_store_memory=cfg.cluster.object_store_memory_mb * 1024**2, include_dashboard=None,
+             runtime_env=env, log_to_driver=True, **port)
+    note = (" beside the Ray cluster `ray start` left running here (cluster.address=auto would use that one)"
+            if other_local_cluster() else "")
+    return f"local cluster ({ray.cluster_resources().get('CPU', 0):g} CPUs){note}"
+
+
+def other_local_cluster() -> bool:
+    """Whether `ray start` left a cluster running on this machine (Ray records its address in this file)."""
+    import tempfile
+
+    return (Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster").is_file()
 
 
 def check_resources(cfg: ExperimentConfig) -> None:

@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if address:
         ray.init(address=address)
-    else:
-        ray.init(include_dashboard=False)
+    else:  # a cluster of its own even when `ray start` left one running here (RAY_ADDRESS attaches to one)
+        ray.init(address="local", include_dashboard=False)
     try:
         if p.args.get("tools") == "actors":  # started by the driver so they outlive any one replica
             from actors.serve_app import tool_server_handles

@@ -35,7 +35,8 @@ def ray_cluster():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=64,  # logical CPUs: tests keep many small actors alive at once
+        ray.init(address="local",  # our own cluster, even beside one that `ray start` left running
+                 num_cpus=64,  # logical CPUs: tests keep many small actors alive at once
                  object_store_memory=256 * 1024**2, include_dashboard=False,
                  namespace="orchestra-tests", log_to_driver=False, configure_logging=False,
                  # metrics reach the export port within ~1 s, not 10 (tests/actors/test_metrics.py polls it)
