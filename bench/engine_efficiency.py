@@ -45,9 +45,9 @@ from orchestra.prompt import Prompter  # noqa: E402
 from tools.base import LocalToolClient  # noqa: E402
 
 
-def build(max_turns: int):
+def build(max_turns: int, max_batch_size: int = 64):
     model, tok = load_policy("tiny")
-    engine = HFEngine.from_model(model, tok, max_batch_size=64, batch_wait_ms=2.0)
+    engine = HFEngine.from_model(model, tok, max_batch_size=max_batch_size, batch_wait_ms=2.0)
     tools = {name: FakeTool(name, cost_usd=0.001, reply=f"{name} result", answers=name == "answer")
              for name in ("search", "enhance_reasoning", "answer")}
     prompter = Prompter(tok)
