@@ -2,7 +2,7 @@
 
 Ray ships every series to its node's Prometheus export port (`ray.nodes()[i]["MetricsExportPort"]`), where the
 Ray dashboard's Prometheus/Grafana integration scrapes it under the name `ray_orchestra_<name>`;
-cluster/grafana/orchestra.json charts them. Who records what:
+cluster/grafana/orchestra_dashboard.json charts them. Who records what:
 
 - tool-server actors: calls (by tool, tier, status), latency, $ and calls waiting/running per tool;
 - rollout workers: episodes finished (by preset and termination) and the policy version each worker holds;

@@ -440,7 +440,7 @@ class Trainer:
             if tag in summary:
                 self.console.print(f"held-out {tag}: {describe(_headline(summary[tag]))}")
         url, series = dashboard.exported()
-        if series:  # what the Ray dashboard's Prometheus/Grafana can chart (cluster/grafana/orchestra_dashboard.json)
+        if series:  # what Prometheus/Grafana can chart (cluster/grafana/orchestra_dashboard.json)
             self.console.print(f"dashboard: {len(series)} Orchestra metrics, {sum(series.values())} labelled series "
                                f"at {url}")
         for fam, after in rl.get("by_family", {}).items():
