@@ -357,22 +357,10 @@ async def _raw_chunks(cid: str, model: str, message: dict[str, Any], finish: str
 
 # ---------------------------------------------------------------- production builder and the Serve replica
 def resolve_checkpoint(path: str) -> str:
-    """A policy dir for load_policy: an HF dir/id as is; a run dir -> its latest good checkpoint; a checkpoint
-    step dir -> the subdir holding the model (`learner/` as cluster/trainer.py saves it, or `policy/`, `model/`)."""
-    p = Path(path).expanduser()
-    if not p.is_dir():
-        return path  # an HF id, or 'tiny' / 'smollm2'
-    if (p / "checkpoints").is_dir():
-        from orchestra.checkpoint import latest_good
+    """A policy dir for load_policy: an HF id (not a directory) as is, else orchestra.checkpoint.model_dir."""
+    from orchestra.checkpoint import model_dir
 
-        found = latest_good(p)
-        if found is None:
-            raise ValueError(f"run dir {p} holds no valid checkpoint")
-        p = found
-    for candidate in (p, p / "learner", p / "policy", p / "model"):  # learner/: what the trainer checkpoints
-        if (candidate / "config.json").is_file():
-            return str(candidate)
-    raise ValueError(f"{p} is neither an HF checkpoint (config.json) nor a run/checkpoint dir holding one")
+    return str(model_dir(path)) if Path(path).expanduser().is_dir() else path
 
 
 def build_service(settings: ServeSettings) -> OrchestraService:

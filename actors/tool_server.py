@@ -193,8 +193,7 @@ class ToolServer:
         for st, delta in ((previous, -1), (state, 1)):
             if st is not None:
                 setattr(self, st, getattr(self, st) + delta)
-        for st in ("waiting", "running"):
-            metrics.record("tool_in_flight", getattr(self, st), tool=self.name, state=st)
+                metrics.record("tool_in_flight", getattr(self, st), tool=self.name, state=st)
         return state
 
     async def _attempts(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:

@@ -46,20 +46,13 @@ def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def resolve_checkpoint(path: str) -> Path:
-    """A run dir -> its newest good checkpoint's learner dir; a checkpoint dir -> its learner dir."""
+    """A run dir / checkpoint dir / HF model dir -> the model directory (orchestra.checkpoint.model_dir)."""
     from orchestra import checkpoint
 
-    p = Path(path).expanduser()
-    if (p / "checkpoints").is_dir():
-        good = checkpoint.latest_good(p)
-        if good is None:
-            raise SystemExit(f"{p}: no good checkpoint")
-        p = good
-    if (p / "learner").is_dir():
-        p = p / "learner"
-    if not (p / "config.json").is_file():
-        raise SystemExit(f"{p} is not a model directory (no config.json)")
-    return p
+    try:
+        return checkpoint.model_dir(path)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def heldout_tasks(cfg: Any, dataset: str, n: int) -> tuple[list, list]:

@@ -187,8 +187,9 @@ class Trainer:
         families: dict[str, list[Any]] = {}
         for s, tr in zip(scored, trajs, strict=True):
             families.setdefault(str(by_id[tr.task_id].meta.get("family", "all")), []).append(s)
-        dashboard.record("heldout_score", mean(s.reward for s in scored), stage=tag)
-        return {"score": mean(s.reward for s in scored), "accuracy": mean(float(s.correct) for s in scored),
+        score = mean(s.reward for s in scored)
+        dashboard.record("heldout_score", score, stage=tag)
+        return {"score": score, "accuracy": mean(float(s.correct) for s in scored),
                 # per task family: where the routing improved (score, accuracy, $)
                 "by_family": {f: {"score": mean(s.reward for s in v), "accuracy": mean(float(s.correct) for s in v),
                                   "cost_usd": mean(s.cost["total_usd"] for s in v), "episodes": len(v)}

@@ -117,6 +117,22 @@ def latest_run(root: str | Path) -> Path | None:
     return max(found)[1] if found else None
 
 
+def model_dir(path: str | Path) -> Path:
+    """The HF model directory (with config.json) a path names: the path itself; for a run dir, inside its newest
+    good checkpoint; for a checkpoint dir, the subdir holding the model (`learner/`, as cluster/trainer.py saves
+    it, or `policy/`, `model/`). ValueError saying what is missing."""
+    p = Path(path).expanduser()
+    if (p / "checkpoints").is_dir():
+        found = latest_good(p)
+        if found is None:
+            raise ValueError(f"run dir {p} holds no valid checkpoint")
+        p = found
+    for candidate in (p, p / "learner", p / "policy", p / "model"):
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise ValueError(f"{p} is neither an HF checkpoint (config.json) nor a run/checkpoint dir holding one")
+
+
 def read_meta(path: Path) -> dict[str, Any]:
     return json.loads((path / "meta.json").read_text())
 
