@@ -1,12 +1,15 @@
-"""Benchmark: 64 concurrent agent-loop episodes vs a bare batched generate, same engine -> RESULT engine_efficiency.
+"""Benchmark: 64 concurrent agent-loop episodes vs a bare batched generate, same engine -> RESULT engine_efficiency
+(reprompt context mode) and RESULT engine_efficiency_transcript.
 
 Both sides run the tiny policy on one HFEngine. The AGENT side runs `--episodes` episodes of
-orchestra.agent_loop.AgentLoop at once (reprompt mode, `--turns` turns, in-process fake tools with zero latency
+orchestra.agent_loop.AgentLoop at once (`--turns` turns, in-process fake tools with zero latency
 from tests/fakes.py) and counts every generated token over the wall time of the whole run: that includes prompt
 rendering, parsing, tool calls, the batching waits and turns whose batch is smaller than the first. The BARE side
 sends the same first-turn prompts straight to engine.generate, concurrently (one coalesced batch), and counts its
 generated tokens over its wall time. Sides alternate `--repeats` times; each repeat gives a ratio (its two
 runs are adjacent in time, so they see similar load on a shared machine) and the median ratio is the RESULT.
+Each side starts with the engine's kept KV caches cleared, so the bare side never reuses the agent side's work
+(or the reverse); within the agent side, later turns reuse their episode's cache (`--prefix-cache-mb 0`: off).
 INFO lines also give the ratio in tokens per CPU-second of this process, which other processes do not disturb.
 
 Honest caveat: the untrained tiny policy never writes a valid tool call, so each of its turns ends with a
@@ -17,7 +20,7 @@ torch runs `--threads` intra-op threads (default 1): on a shared 2-core box two 
 tiny model's small matmuls ~50x slower; both sides use the same setting, so the ratio is unaffected.
 
 Usage: .venv/bin/python bench/engine_efficiency.py [--episodes 64] [--turns 3] [--max-tokens 48] [--repeats 2]
-       [--threads 1]
+       [--threads 1] [--context-mode both|reprompt|transcript] [--prefix-cache-mb 1024]
 """
 
 from __future__ import annotations
@@ -45,15 +48,24 @@ from orchestra.prompt import Prompter  # noqa: E402
 from tools.base import LocalToolClient  # noqa: E402
 
 
-def build(max_turns: int, max_batch_size: int = 64):
+def build(max_turns: int, max_batch_size: int = 64, context_mode: str = "reprompt", prefix_cache_mb: float = 1024):
     model, tok = load_policy("tiny")
-    engine = HFEngine.from_model(model, tok, max_batch_size=max_batch_size, batch_wait_ms=2.0)
+    engine = HFEngine.from_model(model, tok, max_batch_size=max_batch_size, batch_wait_ms=2.0,
+                                 prefix_cache_mb=prefix_cache_mb)
     tools = {name: FakeTool(name, cost_usd=0.001, reply=f"{name} result", answers=name == "answer")
              for name in ("search", "enhance_reasoning", "answer")}
     prompter = Prompter(tok)
-    loop = AgentLoop(engine, LocalToolClient(tools), prompter, context_mode="reprompt", max_turns=max_turns,
+    loop = AgentLoop(engine, LocalToolClient(tools), prompter, context_mode=context_mode, max_turns=max_turns,
                      eos_token_ids=eos_token_ids(tok))
     return engine, loop, prompter, LocalToolClient(tools)
+
+
+def first_prompts(prompter: Prompter, client: LocalToolClient, tasks, context_mode: str) -> list[list[int]]:
+    """What each episode's first turn sends the engine: the bare side's prompts."""
+    if context_mode == "transcript":
+        return [prompter.encode(prompter.first_messages(t), client.schemas(t)) for t in tasks]
+    return [prompter.encode([prompter.system(t), prompter.reprompt_user(t, [], [], [])], client.schemas(t))
+            for t in tasks]
 
 
 async def agent_side(loop: AgentLoop, tasks, sampling: Sampling) -> tuple[int, float, int]:
@@ -72,43 +84,54 @@ async def bare_side(engine: HFEngine, prompts: list[list[int]], sampling: Sampli
     return sum(len(g.token_ids) for g in gens), time.perf_counter() - start
 
 
-async def main(args: argparse.Namespace) -> None:
-    import torch
-
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    engine, loop, prompter, client = build(args.turns)
+async def measure(args: argparse.Namespace, context_mode: str) -> float:
+    engine, loop, prompter, client = build(args.turns, context_mode=context_mode,
+                                           prefix_cache_mb=args.prefix_cache_mb)
     tasks = [make_task(i) for i in range(args.episodes)]
     sampling = Sampling(max_tokens=args.max_tokens, temperature=1.0)
-    prompts = [prompter.encode([prompter.system(t), prompter.reprompt_user(t, [], [], [])], client.schemas(t))
-               for t in tasks]
+    prompts = first_prompts(prompter, client, tasks, context_mode)
     await bare_side(engine, prompts[:8], Sampling(max_tokens=4, temperature=1.0))  # warm up kernels and caches
     ratios, cpu_ratios = [], []
     for r in range(args.repeats):
+        engine.prefix_store.clear()  # each side starts cold: no KV kept from the other side's identical prompts
         batches0 = engine.stats()["batches"]
         cpu0 = time.process_time()
         tokens, wall = await bare_side(engine, prompts, sampling)
         bare_cpu = tokens / (time.process_time() - cpu0)
         bare_batches = engine.stats()["batches"] - batches0
         bare_rate = tokens / wall
-        print(f"INFO repeat {r} bare: {tokens} tokens in {wall:.2f}s = {tokens / wall:.0f} tok/s "
+        print(f"INFO {context_mode} repeat {r} bare: {tokens} tokens in {wall:.2f}s = {tokens / wall:.0f} tok/s "
               f"({bare_batches} batch(es))")
-        batches0, busy0, prompt0 = (engine.stats()[k] for k in ("batches", "busy_s", "prompt_tokens"))
+        engine.prefix_store.clear()
+        batches0, busy0, prompt0, reused0 = (engine.stats()[k] for k in ("batches", "busy_s", "prompt_tokens",
+                                                                          "reused_prefix_tokens"))
         cpu0 = time.process_time()
         tokens, wall, turns = await agent_side(loop, tasks, sampling)
         cpu_ratios.append(tokens / (time.process_time() - cpu0) / bare_cpu)
         ratios.append(tokens / wall / bare_rate)
-        agent_batches = engine.stats()["batches"] - batches0
-        busy = engine.stats()["busy_s"] - busy0
-        mean_prompt = (engine.stats()["prompt_tokens"] - prompt0) / turns
-        print(f"INFO repeat {r} agent loop: {tokens} tokens, {turns} turns in {wall:.2f}s = {tokens / wall:.0f} "
-              f"tok/s ({agent_batches} batches, mean {turns / max(agent_batches, 1):.1f} rows, mean prompt "
-              f"{mean_prompt:.0f} tokens vs {sum(map(len, prompts)) / len(prompts):.0f} on turn 1; engine busy "
-              f"{busy / wall:.0%} of the wall time)")
-    print(f"INFO engine stats: {engine.stats()}")
-    print(f"INFO per-repeat ratios (wall) {[round(r, 3) for r in ratios]}, (CPU time) "
+        st = engine.stats()
+        agent_batches, busy = st["batches"] - batches0, st["busy_s"] - busy0
+        prompt_tokens = st["prompt_tokens"] - prompt0
+        print(f"INFO {context_mode} repeat {r} agent loop: {tokens} tokens, {turns} turns in {wall:.2f}s = "
+              f"{tokens / wall:.0f} tok/s ({agent_batches} batches, mean {turns / max(agent_batches, 1):.1f} rows, "
+              f"mean prompt {prompt_tokens / turns:.0f} tokens vs {sum(map(len, prompts)) / len(prompts):.0f} on "
+              f"turn 1, {(st['reused_prefix_tokens'] - reused0) / prompt_tokens:.0%} of prompt tokens reused from "
+              f"kept KV caches; engine busy {busy / wall:.0%} of the wall time)")
+    print(f"INFO {context_mode} engine stats: {engine.stats()}")
+    print(f"INFO {context_mode} per-repeat ratios (wall) {[round(r, 3) for r in ratios]}, (CPU time) "
           f"{[round(r, 3) for r in cpu_ratios]}; CPU-time median {statistics.median(cpu_ratios):.3f}")
-    print(f"RESULT engine_efficiency={statistics.median(ratios):.3f}")
+    return statistics.median(ratios)
+
+
+async def main(args: argparse.Namespace) -> None:
+    import torch
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    modes = ["reprompt", "transcript"] if args.context_mode == "both" else [args.context_mode]
+    for mode in modes:
+        ratio = await measure(args, mode)
+        print(f"RESULT engine_efficiency{'' if mode == 'reprompt' else '_' + mode}={ratio:.3f}")
 
 
 if __name__ == "__main__":
@@ -118,4 +141,7 @@ if __name__ == "__main__":
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads; 0 keeps torch's default")
+    parser.add_argument("--context-mode", choices=["reprompt", "transcript", "both"], default="both")
+    parser.add_argument("--prefix-cache-mb", type=float, default=1024,
+                        help="the engine's kept-KV budget; 0 turns per-episode prefix reuse off")
     asyncio.run(main(parser.parse_args()))

@@ -235,6 +235,10 @@ class _Episode:
 
     def finish(self) -> Trajectory:
         self.traj.tool_counts = dict(self.first_ids)
+        release = getattr(self.loop.engine, "release", None)  # engines that keep per-episode KV caches
+        if release is not None and self.traj.turns:
+            last = self.traj.turns[-1]
+            release(last.prompt_ids + last.response_ids)
         self.traj.meta.setdefault("documents", len(self.documents))
         return self.traj
 

@@ -74,6 +74,7 @@ class EngineConfig:
     kind: str = "hf"  # hf | vllm | package.module:factory (a custom engine, e.g. scripted for benchmarks)
     max_batch_size: int = 64
     batch_wait_ms: float = 2.0  # how long the HF engine waits to coalesce concurrent requests
+    prefix_cache_mb: float = 1024.0  # HF engine: finished turns' KV kept for the episode's next turn (0 = off)
     max_model_len: int = 4096
     gpu_memory_utilization: float = 0.5
 
@@ -504,6 +505,7 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.agent.max_turns >= 1, "agent.max_turns", "must be >= 1")
     need(cfg.engine.kind in ("hf", "vllm") or ":" in cfg.engine.kind, "engine.kind",
          f"must be hf, vllm or package.module:factory, got {cfg.engine.kind!r}")
+    need(cfg.engine.prefix_cache_mb >= 0, "engine.prefix_cache_mb", "must be >= 0 (0: no KV kept between turns)")
     need(cfg.reward.unanswered_penalty >= 0, "reward.unanswered_penalty", "must be >= 0 (it is subtracted)")
     need(cfg.reward.unanswered_penalty == 0 or cfg.reward.rubric == "scalar", "reward.unanswered_penalty",
          "is a term of the scalar rubric only; set reward=scalar or leave it 0")

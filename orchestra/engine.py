@@ -30,6 +30,8 @@ class Generation:
 
 @runtime_checkable
 class Engine(Protocol):
+    """Optionally also `release(ids)`: the episode that generated `ids` ended (engines keeping its cache drop it)."""
+
     async def generate(self, prompt_ids: list[int], sampling: Sampling) -> Generation: ...
 
 
@@ -51,15 +53,20 @@ class HFEngine:
     `max_batch_size` requests and runs them as one left-padded batch with a KV cache in a worker thread, so the
     event loop keeps serving tool calls meanwhile. Rows stop independently (eos / stop ids -> "stop", their
     own max_tokens -> "length"); finished rows leave the batch (their KV rows are dropped) and their futures
-    resolve at once. A prefix common to the whole batch (system prompt + tools) is prefilled once and shared. Requests that arrive while a batch runs form the next batch (static batching: no row joins
-    a running batch). One event loop at a time drives an engine.
+    resolve at once. Prompt tokens already computed are not computed again: a finished row's cache is kept
+    (orchestra/kv_reuse.py, up to `prefix_cache_mb`) and the episode's next turn feeds only its new tokens;
+    rows without one share a single prefill of the batch's common prefix (system prompt + tools). Requests
+    that arrive while a batch runs form the next batch (static batching: no row joins a running batch). One
+    event loop at a time drives an engine. `release(ids)` drops an ended episode's cache early.
     logprobs are log_softmax(logits / temperature) at the sampled token (raw logits when temperature == 0),
     before top-k / top-p filtering: the quantity the learner recomputes, so PPO ratios start at ~1.
     """
 
     def __init__(self, model: Any, eos_token_ids: list[int], pad_token_id: int | None, max_batch_size: int = 64,
-                 batch_wait_ms: float = 2.0, device: str = "cpu"):
+                 batch_wait_ms: float = 2.0, device: str = "cpu", prefix_cache_mb: float = 1024.0):
         import threading
+
+        from orchestra.kv_reuse import PrefixStore
 
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -74,8 +81,11 @@ class HFEngine:
         self._pending: list[_Request] = []
         self._runner: Any = None
         self._runner_loop: Any = None
+        # models whose caches are not plain full-attention keys/values (sliding windows) do not reuse
+        reusable = not getattr(model.config.get_text_config(), "sliding_window", None)
+        self.prefix_store = PrefixStore(int(prefix_cache_mb * 2**20) if reusable else 0)
         self._stats = {"batches": 0, "rows": 0, "requests": 0, "tokens_generated": 0, "prompt_tokens": 0,
-                       "shared_prefix_tokens": 0, "busy_s": 0.0}
+                       "shared_prefix_tokens": 0, "reused_prefix_tokens": 0, "prefix_hits": 0, "busy_s": 0.0}
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, **kw: Any) -> HFEngine:
@@ -124,12 +134,20 @@ class HFEngine:
             if unexpected or set(missing) - tied:
                 raise ValueError(f"state_dict does not match the model: missing {sorted(set(missing) - tied)[:5]}, "
                                  f"unexpected {sorted(unexpected)[:5]}")
+            self.prefix_store.clear()  # caches computed under the old weights are not the new policy's
             self.version = int(version)
+
+    def release(self, ids: list[int]) -> None:
+        """An episode ended after generating ids[len(prompt):] from a prompt: drop its kept KV cache now rather
+        than when the memory cap pushes it out."""
+        self.prefix_store.release([int(t) for t in ids])
 
     def stats(self) -> dict[str, float]:
         s = dict(self._stats)
         s["mean_batch_size"] = s["rows"] / s["batches"] if s["batches"] else 0.0
         s["tokens_per_s"] = s["tokens_generated"] / s["busy_s"] if s["busy_s"] else 0.0
+        s["prefix_cache_entries"], s["prefix_cache_mb"] = len(self.prefix_store), self.prefix_store.bytes / 2**20
+        s["prefix_cache_evicted"] = self.prefix_store.evicted
         s["version"] = self.version
         return s
 
@@ -159,29 +177,39 @@ class HFEngine:
 
         req.loop.call_soon_threadsafe(resolve)
 
-    def _prefill_shared_prefix(self, batch: list[_Request]) -> tuple[Any, int]:
-        """Run the prompts' common prefix (system prompt + tool schemas, typically) once and copy its KV cache to
-        every row: prefill dominates CPU batches of long prompts. Returns (cache or None, prefix length)."""
+    def _prefixes(self, batch: list[_Request]) -> list[tuple[Any, int]]:
+        """Each row's already-computed prefix as (per-layer KV or None, length): its episode's kept cache when the
+        store holds one, else the prompts' common prefix (system prompt + tools, typically) run once for all
+        the rows without one — prefill dominates CPU batches of long prompts."""
         import os
 
         import torch
 
-        if len(batch) < 2:
-            return None, 0
-        shared = min(len(os.path.commonprefix([r.prompt_ids for r in batch])),
-                     min(len(r.prompt_ids) for r in batch) - 1)  # each row keeps >= 1 token of its own
+        from orchestra.kv_reuse import row_cache
+
+        store = self.prefix_store
+        out: list[tuple[Any, int]] = [store.take(r.prompt_ids) if store.enabled else None for r in batch]
+        self._stats["prefix_hits"] += sum(t is not None for t in out)
+        self._stats["reused_prefix_tokens"] += sum(t[1] for t in out if t is not None)
+        misses = [i for i, t in enumerate(out) if t is None]
+        shared = 0
+        if len(misses) >= 2:
+            own = [batch[i].prompt_ids for i in misses]
+            shared = min(len(os.path.commonprefix(own)), min(map(len, own)) - 1)  # each row keeps >= 1 own token
         if shared < self.min_shared_prefix:
-            return None, 0
-        out = self.model(input_ids=torch.tensor([batch[0].prompt_ids[:shared]], device=self.device), use_cache=True,
-                         logits_to_keep=1)
-        cache = out.past_key_values
-        cache.batch_repeat_interleave(len(batch))
-        return cache, shared
+            return [t if t is not None else (None, 0) for t in out]
+        self._stats["shared_prefix_tokens"] += shared
+        res = self.model(input_ids=torch.tensor([batch[misses[0]].prompt_ids[:shared]], device=self.device),
+                         use_cache=True, logits_to_keep=1)
+        kv = row_cache(res.past_key_values, 0, slice(None))
+        return [t if t is not None else (kv, shared) for t in out]
 
     def _generate_batch(self, batch: list[_Request]) -> None:
         import time
 
         import torch
+
+        from orchestra.kv_reuse import merge_left_padded, new_cache, row_cache
 
         with self._lock, torch.inference_mode():
             start = time.perf_counter()
@@ -190,18 +218,24 @@ class HFEngine:
             stats["batches"] += 1
             stats["rows"] += len(batch)
             stats["prompt_tokens"] += sum(lens)
-            cache, shared = self._prefill_shared_prefix(batch)
-            stats["shared_prefix_tokens"] += shared
-            sfx = [len(r.prompt_ids) - shared for r in batch]
-            width = max(sfx)
+            prefixes = self._prefixes(batch)
+            # Feed every row the same number of tokens, `width`: a row whose uncomputed part is shorter re-feeds
+            # the end of its cached prefix instead of padding, so no row has a masked gap between prefix and
+            # prompt and the cache is no wider than the longest prompt (padding positions cost as much as tokens).
+            width = max(len(r.prompt_ids) - n for r, (_, n) in zip(batch, prefixes, strict=True))
+            prefixes = [(kv, max(0, len(r.prompt_ids) - width)) for r, (kv, _) in zip(batch, prefixes, strict=True)]
+            cache, mask, done = new_cache(), torch.zeros((len(batch), 0), dtype=torch.long, device=self.device), 0
+            if any(n for _, n in prefixes):
+                cache, mask, done = merge_left_padded(prefixes)
+            sfx = [len(r.prompt_ids) - n for r, (_, n) in zip(batch, prefixes, strict=True)]
             ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), shared + width), dtype=torch.long)
-            mask[:, :shared] = 1
-            for i, r in enumerate(batch):  # [shared prefix | left padding | own suffix]
-                ids[i, width - sfx[i]:] = torch.tensor(r.prompt_ids[shared:])
-                mask[i, shared + width - sfx[i]:] = 1
-            ids, mask = ids.to(self.device), mask.to(self.device)
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+            own = torch.zeros((len(batch), width), dtype=torch.long)
+            for i, (r, (_, n)) in enumerate(zip(batch, prefixes, strict=True)):
+                # [left padding | cached prefix] [left padding | the prompt's remaining tokens]
+                ids[i, width - sfx[i]:] = torch.tensor(r.prompt_ids[n:])
+                own[i, width - sfx[i]:] = 1
+            ids, mask = ids.to(self.device), torch.cat([mask, own.to(self.device)], dim=1)
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, done:]  # count each row's tokens, padding excluded
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
                              use_cache=True, logits_to_keep=1)
             cache, logits, next_pos = out.past_key_values, out.logits[:, -1, :].float(), pos[:, -1] + 1
@@ -217,6 +251,8 @@ class HFEngine:
                     stats["tokens_generated"] += 1
                     if t in r.stop or len(toks[id(r)]) >= r.sampling.max_tokens:
                         reason = "stop" if t in r.stop else "length"
+                        if self.prefix_store.enabled:  # its cache holds the prompt + all but the token just drawn
+                            self.prefix_store.put(r.prompt_ids + toks[id(r)][:-1], row_cache(cache, i, mask[i] > 0))
                         self._deliver(r, Generation(token_ids=toks[id(r)], logprobs=lps[id(r)], finish_reason=reason))
                     else:
                         keep.append(i)
