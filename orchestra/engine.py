@@ -66,11 +66,12 @@ class HFEngine:
                  batch_wait_ms: float = 2.0, device: str = "cpu", prefix_cache_mb: float = 1024.0):
         import threading
 
-        from orchestra.kv_reuse import PrefixStore
+        from orchestra.kv_reuse import PrefixStore, use_native_gqa
 
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model.to(device).eval()
+        use_native_gqa(self.model)
         self.device = device
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id if pad_token_id is not None else (min(self.eos) if self.eos else 0))
@@ -281,17 +282,32 @@ def _sample(logits: Any, rows: list[_Request]) -> tuple[Any, Any]:
     tokens = logits.argmax(dim=-1)
     sampled = [i for i, t in enumerate(temps) if t > 0]
     if sampled:
-        filtered = _filter(scaled[sampled], [rows[i].sampling for i in sampled])
+        every = len(sampled) == len(rows)  # the usual case: no row copies
+        filtered = _filter(scaled if every else scaled[sampled], [rows[i].sampling for i in sampled])
         probs = torch.softmax(filtered, dim=-1)
-        free = [j for j, i in enumerate(sampled) if rows[i].generator is None]
-        draws = torch.empty(len(sampled), dtype=torch.long, device=logits.device)
-        if free:
-            draws[free] = torch.multinomial(probs[free], 1).squeeze(1)
+        # One uniform per row, not torch.multinomial's one exponential per vocabulary entry (a tenth of a CPU
+        # decode step); a seeded request draws its uniform from its own stream, whatever its batch.
+        u = torch.rand(len(sampled), 1, dtype=torch.float64, device=logits.device)
         for j, i in enumerate(sampled):
-            if rows[i].generator is not None:  # a seeded request draws from its own stream, whatever its batch
-                draws[j] = torch.multinomial(probs[j], 1, generator=rows[i].generator)[0]
-        tokens[sampled] = draws
+            if rows[i].generator is not None:
+                u[j] = torch.rand(1, dtype=torch.float64, device=logits.device, generator=rows[i].generator)
+        draws = _inverse_cdf(probs, u)
+        if every:
+            tokens = draws
+        else:
+            tokens[sampled] = draws
     return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def _inverse_cdf(probs: Any, u: Any) -> Any:
+    """The first token whose cumulative probability exceeds u * total, per row: never a zero-probability token
+    (the clamp covers u * total rounding up to the total)."""
+    import torch
+
+    cdf = probs.double().cumsum(-1)
+    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
+    last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).int().argmax(-1)
+    return torch.minimum(idx, last)
 
 
 def _filter(scaled: Any, samplings: list[Sampling]) -> Any:

@@ -232,3 +232,37 @@ def merge_left_padded(prefixes: list[tuple[list[tuple[Any, Any]] | None, int]]) 
 def row_cache(cache: Any, row: int, valid: Any) -> list[tuple[Any, Any]]:
     """Row `row`'s cache at its unmasked positions, copied out of a batch cache: [kv_heads, n, head_dim]."""
     return [(layer.keys[row][:, valid].clone(), layer.values[row][:, valid].clone()) for layer in cache.layers]
+
+
+# ---------------------------------------------------------------- attention over grouped keys/values
+NATIVE_GQA = "orchestra_sdpa_gqa"
+
+
+def _sdpa_native_gqa(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                     is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' sdpa with a mask copies K and V once per query head (it passes grouped K/V to torch only on
+    CUDA without a mask); torch's CPU kernel takes grouped K/V and a mask as they are. With the engine's padded
+    batches there is always a mask, so on CPU that copy of the whole cache was most of a decode step."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if (query.device.type != "cpu" or attention_mask is None or getattr(module, "num_key_value_groups", 1) == 1
+            or kwargs.get("output_attentions")):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                           dropout_p=dropout, scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_native_gqa(model: Any) -> bool:
+    """Switch an sdpa model to `_sdpa_native_gqa` (same masks, same math); False, unchanged, for other kernels."""
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return False
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(NATIVE_GQA, _sdpa_native_gqa)
+    AttentionMaskInterface.register(NATIVE_GQA, sdpa_mask)
+    model.set_attn_implementation(NATIVE_GQA)
+    return True

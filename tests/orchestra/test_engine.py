@@ -9,7 +9,7 @@ import importlib.util
 import pytest
 import torch
 
-from orchestra.engine import Engine, HFEngine, Sampling, _filter
+from orchestra.engine import Engine, HFEngine, Sampling, _filter, _inverse_cdf
 from orchestra.models import eos_token_ids, load_policy
 
 GREEDY = Sampling(max_tokens=12, temperature=0.0)
@@ -149,6 +149,17 @@ def test_filter_top_k_top_p():
     assert torch.isfinite(out[0]).tolist() == [True, True, False, False]
     assert torch.isfinite(out[1]).tolist() == [True, False, False, False]  # p(top)=0.64 >= 0.5 already
     assert torch.equal(_filter(logits, [S(), S()]), logits)
+
+
+def test_inverse_cdf_sampling_follows_the_probabilities():
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2, 0.0]).expand(20000, 5)
+    gen = torch.Generator().manual_seed(0)
+    draws = _inverse_cdf(probs, torch.rand(20000, 1, dtype=torch.float64, generator=gen))
+    freq = torch.bincount(draws, minlength=5) / 20000
+    assert freq[1] == 0 and freq[4] == 0  # zero-probability tokens are never drawn
+    assert torch.allclose(freq, probs[0], atol=0.015)  # ~4 standard errors at n = 20000
+    edge = _inverse_cdf(probs[:3], torch.tensor([[0.0], [0.5], [1.0]], dtype=torch.float64))
+    assert edge.tolist() == [0, 2, 3]  # u = 1 (u * total rounding up) still lands on the last possible token
 
 
 async def test_event_loop_stays_free_during_generation(tiny, prompts):

@@ -13,7 +13,7 @@ from transformers.cache_utils import DynamicLayer
 
 from orchestra.agent_loop import AgentLoop
 from orchestra.engine import HFEngine, Sampling
-from orchestra.kv_reuse import BLOCK, GrowingLayer, PrefixStore
+from orchestra.kv_reuse import BLOCK, GrowingLayer, PrefixStore, use_native_gqa
 from orchestra.models import eos_token_ids, load_policy
 from orchestra.prompt import Prompter
 from tools.base import LocalToolClient
@@ -164,3 +164,19 @@ def test_growing_layer_matches_dynamic_layer():
     grow.crop(10)
     dyn.crop(10)
     assert torch.equal(grow.keys, dyn.keys) and grow.get_seq_length() == 10
+
+
+def test_native_gqa_attention_matches_transformers_sdpa():
+    """The engine's attention (grouped K/V straight to torch) gives the logits of transformers' own sdpa path on a
+    left-padded batch, where transformers would copy K/V per head."""
+    model, tok = load_policy("tiny")
+    ids = torch.randint(5, 500, (3, 40), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, :7], mask[2, :19] = 0, 0
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        ref = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        assert use_native_gqa(model) and model.config._attn_implementation != "sdpa"
+        got = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    assert torch.allclose(got[mask > 0], ref[mask > 0], atol=1e-5)
+    assert not use_native_gqa(load_policy("tiny", attn_implementation="eager")[0])  # other kernels stay as they are
