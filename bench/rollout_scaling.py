@@ -46,7 +46,8 @@ async def main(args: argparse.Namespace) -> None:
     for r in range(args.repeats):
         for n in (sizes if r % 2 == 0 else sizes[::-1]):  # interleaved: drifting load hits every size alike
             batches0 = engine.stats()["batches"]
-            tokens, wall, turns = await agent_side(loop, [make_task(i) for i in range(n)], sampling)
+            tokens, wall, by_turn = await agent_side(loop, [make_task(i) for i in range(n)], sampling)
+            turns = sum(map(len, by_turn))
             batches = engine.stats()["batches"] - batches0
             rates[n].append(tokens / wall)
             print(f"INFO repeat {r} n={n}: {tokens} tokens, {turns} turns in {wall:.2f}s = {tokens / wall:.0f} tok/s, "

@@ -429,6 +429,7 @@ class Trainer:
         if sft:
             summary["heldout_reward_gain"] = rl["score"] - sft["score"]
         summary["train_wall_s"] = time.perf_counter() - self.started
+        summary["engines"] = self._engine_report()
         (self.dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
         if self.cfg.log.plots and self.tracker is not None:
             try:
@@ -451,6 +452,27 @@ class Trainer:
             self.console.print(f"  {fam} ({after['episodes']} episodes): score {change['score']}, "
                                f"accuracy {change['accuracy']}, $ {change['cost_usd']}")
         return summary
+
+    def _engine_report(self) -> dict[str, float]:
+        """The rollout engines' counters over the run (evaluations included), summed over workers, and one
+        console line; empty for engines that keep none (vLLM, scripted)."""
+        keys = ("batches", "joins", "rows", "tokens_generated", "prompt_tokens", "reused_prefix_tokens", "busy_s",
+                "queue_wait_s")
+        try:
+            per = self._call_all([w.stats.remote for w in self.workers])
+        except Exception as e:  # a report; never lose a finished run over it
+            self.console.print(f"[yellow]engine stats skipped: {e}[/]")
+            return {}
+        tot = {k: float(sum(p.get(k, 0) for p in per)) for k in keys}
+        if not tot["batches"]:
+            return {}
+        self.console.print(
+            f"rollout engines: {tot['batches']:.0f} batches + {tot['joins']:.0f} joins of queued requests into running "
+            f"ones, mean {tot['rows'] / (tot['batches'] + tot['joins']):.1f} rows each, busy "
+            f"{tot['busy_s']:.0f} s at {tot['tokens_generated'] / max(tot['busy_s'], 1e-9):.0f} generated tok/s, "
+            f"{tot['reused_prefix_tokens'] / max(tot['prompt_tokens'], 1):.0%} of prompt tokens reused from kept KV "
+            f"caches, mean wait for a batch {1000 * tot['queue_wait_s'] / tot['rows']:.0f} ms per request")
+        return tot
 
     def close(self) -> None:
         """Close logs and end this run's actors (a shared cluster outlives the run)."""

@@ -75,6 +75,7 @@ class EngineConfig:
     max_batch_size: int = 64
     batch_wait_ms: float = 2.0  # how long the HF engine waits to coalesce concurrent requests
     prefix_cache_mb: float = 1024.0  # HF engine: finished turns' KV kept for the episode's next turn (0 = off)
+    join_every: int = 8  # HF engine: queued requests join a running batch every N decode steps (0 = static)
     max_model_len: int = 4096
     gpu_memory_utilization: float = 0.5
 
@@ -506,6 +507,7 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.engine.kind in ("hf", "vllm") or ":" in cfg.engine.kind, "engine.kind",
          f"must be hf, vllm or package.module:factory, got {cfg.engine.kind!r}")
     need(cfg.engine.prefix_cache_mb >= 0, "engine.prefix_cache_mb", "must be >= 0 (0: no KV kept between turns)")
+    need(cfg.engine.join_every >= 0, "engine.join_every", "must be >= 0 (0: static batching)")
     need(cfg.reward.unanswered_penalty >= 0, "reward.unanswered_penalty", "must be >= 0 (it is subtracted)")
     need(cfg.reward.unanswered_penalty == 0 or cfg.reward.rubric == "scalar", "reward.unanswered_penalty",
          "is a term of the scalar rubric only; set reward=scalar or leave it 0")

@@ -2,7 +2,8 @@
 
 The model's own tokens are never re-tokenized between turns; the agent loop keeps ids end to end.
 `Engine` is the protocol; `HFEngine` (below) runs HF transformers on CPU or one GPU and coalesces concurrent
-`generate` calls into batches; orchestra/vllm_engine.py is the GPU engine (the `gpu` extra), imported lazily.
+`generate` calls into batches (its KV caches: orchestra/kv_reuse.py; its token draws: orchestra/sampling.py);
+orchestra/vllm_engine.py is the GPU engine (the `gpu` extra), imported lazily.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class _Request:
     loop: Any
     stop: frozenset[int]
     generator: Any = None  # torch.Generator when the request carries a seed
+    queued_at: float = 0.0  # time.perf_counter() when generate() queued it
 
 
 class HFEngine:
@@ -56,20 +58,25 @@ class HFEngine:
     resolve at once. Prompt tokens already computed are not computed again: a finished row's cache is kept
     (orchestra/kv_reuse.py, up to `prefix_cache_mb`) and the episode's next turn feeds only its new tokens;
     rows without one share a single prefill of the batch's common prefix (system prompt + tools). Requests
-    that arrive while a batch runs form the next batch (static batching: no row joins a running batch). One
-    event loop at a time drives an engine. `release(ids)` drops an ended episode's cache early.
+    that arrive while a batch runs join it every `join_every` decode steps, into the rows finished ones left
+    (continuous batching at turn granularity; 0: they wait and form the next batch). One event loop at a time
+    drives an engine. `release(ids)` drops an ended episode's cache early.
     logprobs are log_softmax(logits / temperature) at the sampled token (raw logits when temperature == 0),
     before top-k / top-p filtering: the quantity the learner recomputes, so PPO ratios start at ~1.
     """
 
     def __init__(self, model: Any, eos_token_ids: list[int], pad_token_id: int | None, max_batch_size: int = 64,
-                 batch_wait_ms: float = 2.0, device: str = "cpu", prefix_cache_mb: float = 1024.0):
+                 batch_wait_ms: float = 2.0, device: str = "cpu", prefix_cache_mb: float = 1024.0,
+                 join_every: int = 8):
         import threading
 
         from orchestra.kv_reuse import PrefixStore, use_native_gqa
 
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if join_every < 0:
+            raise ValueError(f"join_every must be >= 0 (0: static batching), got {join_every}")
+        self.join_every = join_every
         self.model = model.to(device).eval()
         use_native_gqa(self.model)
         self.device = device
@@ -79,6 +86,7 @@ class HFEngine:
         self.min_shared_prefix = 16  # shorter common prefixes are not worth a separate forward
         self.version = 0
         self._lock = threading.Lock()  # held for a whole batch; load_weights waits for it
+        self._queue_lock = threading.Lock()  # guards _pending: a running batch takes joiners from it
         self._pending: list[_Request] = []
         self._runner: Any = None
         self._runner_loop: Any = None
@@ -86,7 +94,8 @@ class HFEngine:
         reusable = not getattr(model.config.get_text_config(), "sliding_window", None)
         self.prefix_store = PrefixStore(int(prefix_cache_mb * 2**20) if reusable else 0)
         self._stats = {"batches": 0, "rows": 0, "requests": 0, "tokens_generated": 0, "prompt_tokens": 0,
-                       "shared_prefix_tokens": 0, "reused_prefix_tokens": 0, "prefix_hits": 0, "busy_s": 0.0}
+                       "shared_prefix_tokens": 0, "reused_prefix_tokens": 0, "prefix_hits": 0, "busy_s": 0.0,
+                       "queue_wait_s": 0.0, "joins": 0}
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, **kw: Any) -> HFEngine:
@@ -99,8 +108,6 @@ class HFEngine:
     async def generate(self, prompt_ids: list[int], sampling: Sampling) -> Generation:
         import asyncio
 
-        import torch
-
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise ValueError("prompt_ids is empty")
@@ -112,17 +119,25 @@ class HFEngine:
         if sampling.max_tokens <= 0:
             return Generation(token_ids=[], logprobs=[], finish_reason="length")
         loop = asyncio.get_running_loop()
-        gen = None
-        if sampling.seed is not None:
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(int(sampling.seed))
-        req = _Request(prompt, sampling, loop.create_future(), loop,
-                       self.eos | frozenset(sampling.stop_token_ids), gen)
-        self._pending.append(req)
+        req = self._request(prompt, sampling, loop)
+        with self._queue_lock:
+            self._pending.append(req)
         self._stats["requests"] += 1
         if self._runner is None or self._runner.done() or self._runner_loop is not loop:
             self._runner, self._runner_loop = loop.create_task(self._run()), loop
         return await req.future
+
+    def _request(self, prompt: list[int], sampling: Sampling, loop: Any) -> _Request:
+        import time
+
+        import torch
+
+        gen = None
+        if sampling.seed is not None:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(int(sampling.seed))
+        return _Request(prompt, sampling, loop.create_future(), loop, self.eos | frozenset(sampling.stop_token_ids),
+                        gen, time.perf_counter())
 
     def load_weights(self, state_dict: dict[str, Any], version: int, partial: bool = False) -> None:
         """Swap in new weights between batches (blocks while a batch runs) and record their version.
@@ -145,7 +160,8 @@ class HFEngine:
 
     def stats(self) -> dict[str, float]:
         s = dict(self._stats)
-        s["mean_batch_size"] = s["rows"] / s["batches"] if s["batches"] else 0.0
+        prefills = s["batches"] + s["joins"]  # a join prefills its rows, then they decode with the running batch
+        s["mean_batch_size"] = s["rows"] / prefills if prefills else 0.0
         s["tokens_per_s"] = s["tokens_generated"] / s["busy_s"] if s["busy_s"] else 0.0
         s["prefix_cache_entries"], s["prefix_cache_mb"] = len(self.prefix_store), self.prefix_store.bytes / 2**20
         s["prefix_cache_evicted"] = self.prefix_store.evicted
@@ -159,8 +175,7 @@ class HFEngine:
         while self._pending:
             if len(self._pending) < self.max_batch_size and self.batch_wait_ms > 0:
                 await asyncio.sleep(self.batch_wait_ms / 1000)  # let concurrent callers join this batch
-            batch = [r for r in self._pending[: self.max_batch_size] if not r.future.done()]
-            del self._pending[: self.max_batch_size]
+            batch = self._take(self.max_batch_size)
             if not batch:
                 continue
             try:
@@ -205,51 +220,71 @@ class HFEngine:
         kv = row_cache(res.past_key_values, 0, slice(None))
         return [t if t is not None else (kv, shared) for t in out]
 
+    def _take(self, n: int) -> list[_Request]:
+        """Up to n queued requests, oldest first (cancelled ones dropped); the event loop and a running batch's
+        worker thread both take from the queue."""
+        with self._queue_lock:
+            taken = [r for r in self._pending[:n] if not r.future.done()]
+            del self._pending[:n]
+        return taken
+
+    def _prefill(self, batch: list[_Request]) -> tuple[Any, Any, Any, Any]:
+        """One forward over the rows' prompts, kept prefixes reused: (cache, mask, last logits, next positions)."""
+        import time
+
+        import torch
+
+        from orchestra.kv_reuse import merge_left_padded, new_cache
+
+        stats, now = self._stats, time.perf_counter()  # counted before any row is delivered: no stale stats
+        stats["rows"] += len(batch)
+        stats["prompt_tokens"] += sum(len(r.prompt_ids) for r in batch)
+        stats["queue_wait_s"] += sum(now - r.queued_at for r in batch)  # what joining a running batch cuts
+        prefixes = self._prefixes(batch)
+        # Feed every row the same number of tokens, `width`: a row whose uncomputed part is shorter re-feeds
+        # the end of its cached prefix instead of padding, so no row has a masked gap between prefix and
+        # prompt and the cache is no wider than the longest prompt (padding positions cost as much as tokens).
+        width = max(len(r.prompt_ids) - n for r, (_, n) in zip(batch, prefixes, strict=True))
+        prefixes = [(kv, max(0, len(r.prompt_ids) - width)) for r, (kv, _) in zip(batch, prefixes, strict=True)]
+        cache, mask, done = new_cache(), torch.zeros((len(batch), 0), dtype=torch.long, device=self.device), 0
+        if any(n for _, n in prefixes):
+            cache, mask, done = merge_left_padded(prefixes)
+        sfx = [len(r.prompt_ids) - n for r, (_, n) in zip(batch, prefixes, strict=True)]
+        ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
+        own = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, (r, (_, n)) in enumerate(zip(batch, prefixes, strict=True)):
+            # [left padding | cached prefix] [left padding | the prompt's remaining tokens]
+            ids[i, width - sfx[i]:] = torch.tensor(r.prompt_ids[n:])
+            own[i, width - sfx[i]:] = 1
+        ids, mask = ids.to(self.device), torch.cat([mask, own.to(self.device)], dim=1)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, done:]  # count each row's tokens, padding excluded
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                         use_cache=True, logits_to_keep=1)
+        return out.past_key_values, mask, out.logits[:, -1, :].float(), pos[:, -1] + 1
+
     def _generate_batch(self, batch: list[_Request]) -> None:
         import time
 
         import torch
 
-        from orchestra.kv_reuse import merge_left_padded, new_cache, row_cache
+        from orchestra.kv_reuse import join_batches, row_cache
+        from orchestra.sampling import sample_rows
 
         with self._lock, torch.inference_mode():
             start = time.perf_counter()
-            lens = [len(r.prompt_ids) for r in batch]
-            stats = self._stats  # counted before any row is delivered, so a caller never sees stale stats
-            stats["batches"] += 1
-            stats["rows"] += len(batch)
-            stats["prompt_tokens"] += sum(lens)
-            prefixes = self._prefixes(batch)
-            # Feed every row the same number of tokens, `width`: a row whose uncomputed part is shorter re-feeds
-            # the end of its cached prefix instead of padding, so no row has a masked gap between prefix and
-            # prompt and the cache is no wider than the longest prompt (padding positions cost as much as tokens).
-            width = max(len(r.prompt_ids) - n for r, (_, n) in zip(batch, prefixes, strict=True))
-            prefixes = [(kv, max(0, len(r.prompt_ids) - width)) for r, (kv, _) in zip(batch, prefixes, strict=True)]
-            cache, mask, done = new_cache(), torch.zeros((len(batch), 0), dtype=torch.long, device=self.device), 0
-            if any(n for _, n in prefixes):
-                cache, mask, done = merge_left_padded(prefixes)
-            sfx = [len(r.prompt_ids) - n for r, (_, n) in zip(batch, prefixes, strict=True)]
-            ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
-            own = torch.zeros((len(batch), width), dtype=torch.long)
-            for i, (r, (_, n)) in enumerate(zip(batch, prefixes, strict=True)):
-                # [left padding | cached prefix] [left padding | the prompt's remaining tokens]
-                ids[i, width - sfx[i]:] = torch.tensor(r.prompt_ids[n:])
-                own[i, width - sfx[i]:] = 1
-            ids, mask = ids.to(self.device), torch.cat([mask, own.to(self.device)], dim=1)
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, done:]  # count each row's tokens, padding excluded
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                             use_cache=True, logits_to_keep=1)
-            cache, logits, next_pos = out.past_key_values, out.logits[:, -1, :].float(), pos[:, -1] + 1
+            self._stats["batches"] += 1
+            cache, mask, logits, next_pos = self._prefill(batch)
             rows = list(batch)  # requests still generating, aligned with the tensor rows
             toks: dict[int, list[int]] = {id(r): [] for r in batch}
             lps: dict[int, list[float]] = {id(r): [] for r in batch}
+            step = 0
             while True:
-                new, new_lp = _sample(logits, rows)
+                new, new_lp = sample_rows(logits, rows)
                 keep: list[int] = []
                 for i, (r, t, lp) in enumerate(zip(rows, new.tolist(), new_lp.tolist(), strict=True)):
                     toks[id(r)].append(t)
                     lps[id(r)].append(lp)
-                    stats["tokens_generated"] += 1
+                    self._stats["tokens_generated"] += 1
                     if t in r.stop or len(toks[id(r)]) >= r.sampling.max_tokens:
                         reason = "stop" if t in r.stop else "length"
                         if self.prefix_store.enabled:  # its cache holds the prompt + all but the token just drawn
@@ -257,74 +292,34 @@ class HFEngine:
                         self._deliver(r, Generation(token_ids=toks[id(r)], logprobs=lps[id(r)], finish_reason=reason))
                     else:
                         keep.append(i)
-                if not keep:
+                step += 1
+                # Continuous batching: every `join_every` steps (or when the batch ran dry) queued requests take
+                # free rows. A join copies the running cache once, so joining at every step would cost more than
+                # the wait it saves.
+                joining: list[_Request] = []
+                if self.join_every and len(keep) < self.max_batch_size and (not keep or step % self.join_every == 0):
+                    joining = self._take(self.max_batch_size - len(keep))
+                if not keep and not joining:
                     break
-                if len(keep) < len(rows):  # drop finished rows from the batch and the KV cache
-                    idx = torch.tensor(keep, device=self.device)
-                    cache.batch_select_indices(idx)
-                    mask, next_pos, new = mask[idx], next_pos[idx], new[idx]
-                    rows = [rows[i] for i in keep]
-                mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
-                out = self.model(input_ids=new[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                                 past_key_values=cache, use_cache=True)
-                cache, logits, next_pos = out.past_key_values, out.logits[:, -1, :].float(), next_pos + 1
-            stats["busy_s"] += time.perf_counter() - start
-
-
-def _sample(logits: Any, rows: list[_Request]) -> tuple[Any, Any]:
-    """One token per row under that row's sampling settings; returns (token ids, their logprobs)."""
-    import torch
-
-    temps = [r.sampling.temperature for r in rows]
-    temp = torch.tensor([t if t > 0 else 1.0 for t in temps], device=logits.device, dtype=logits.dtype)
-    scaled = logits / temp[:, None]
-    logp = torch.log_softmax(scaled, dim=-1)
-    tokens = logits.argmax(dim=-1)
-    sampled = [i for i, t in enumerate(temps) if t > 0]
-    if sampled:
-        every = len(sampled) == len(rows)  # the usual case: no row copies
-        filtered = _filter(scaled if every else scaled[sampled], [rows[i].sampling for i in sampled])
-        probs = torch.softmax(filtered, dim=-1)
-        # One uniform per row, not torch.multinomial's one exponential per vocabulary entry (a tenth of a CPU
-        # decode step); a seeded request draws its uniform from its own stream, whatever its batch.
-        u = torch.rand(len(sampled), 1, dtype=torch.float64, device=logits.device)
-        for j, i in enumerate(sampled):
-            if rows[i].generator is not None:
-                u[j] = torch.rand(1, dtype=torch.float64, device=logits.device, generator=rows[i].generator)
-        draws = _inverse_cdf(probs, u)
-        if every:
-            tokens = draws
-        else:
-            tokens[sampled] = draws
-    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
-
-
-def _inverse_cdf(probs: Any, u: Any) -> Any:
-    """The first token whose cumulative probability exceeds u * total, per row: never a zero-probability token
-    (the clamp covers u * total rounding up to the total)."""
-    import torch
-
-    cdf = probs.double().cumsum(-1)
-    idx = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
-    last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).int().argmax(-1)
-    return torch.minimum(idx, last)
-
-
-def _filter(scaled: Any, samplings: list[Sampling]) -> Any:
-    """Top-k then top-p (nucleus) masking of tempered logits, per row."""
-    import torch
-
-    vocab = scaled.shape[-1]
-    ks = [s.top_k if 0 < s.top_k < vocab else 0 for s in samplings]
-    ps = [s.top_p for s in samplings]
-    if not any(ks) and all(p >= 1.0 for p in ps):
-        return scaled
-    sorted_vals, sorted_idx = scaled.sort(dim=-1, descending=True)
-    rank = torch.arange(vocab, device=scaled.device)[None, :]
-    k = torch.tensor([k or vocab for k in ks], device=scaled.device)[:, None]
-    drop = rank >= k
-    probs = torch.softmax(sorted_vals.masked_fill(drop, float("-inf")), dim=-1)
-    before = probs.cumsum(-1) - probs  # mass strictly above each token: keep while it is below top_p
-    drop |= before >= torch.tensor(ps, device=scaled.device, dtype=scaled.dtype)[:, None]
-    drop[:, 0] = False
-    return scaled.scatter(1, sorted_idx, sorted_vals.masked_fill(drop, float("-inf")))
+                if keep:
+                    if len(keep) < len(rows):  # drop finished rows from the batch and the KV cache
+                        idx = torch.tensor(keep, device=self.device)
+                        cache.batch_select_indices(idx)
+                        mask, next_pos, new = mask[idx], next_pos[idx], new[idx]
+                        rows = [rows[i] for i in keep]
+                    mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+                    out = self.model(input_ids=new[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                                     past_key_values=cache, use_cache=True)
+                    cache, logits, next_pos = out.past_key_values, out.logits[:, -1, :].float(), next_pos + 1
+                if joining:
+                    batch.extend(joining)  # the caller fails every request of `batch` if this batch raises
+                    self._stats["joins"] += 1
+                    toks.update({id(r): [] for r in joining})
+                    lps.update({id(r): [] for r in joining})
+                    c2, m2, l2, p2 = self._prefill(joining)
+                    if keep:
+                        cache, mask = join_batches(cache, mask, c2, m2)
+                        logits, next_pos, rows = torch.cat([logits, l2]), torch.cat([next_pos, p2]), rows + joining
+                    else:
+                        cache, mask, logits, next_pos, rows = c2, m2, l2, p2, joining
+            self._stats["busy_s"] += time.perf_counter() - start

@@ -229,6 +229,25 @@ def merge_left_padded(prefixes: list[tuple[list[tuple[Any, Any]] | None, int]]) 
     return new_cache(layers), mask, width
 
 
+def join_batches(a: Any, mask_a: Any, b: Any, mask_b: Any) -> tuple[Any, Any]:
+    """Batch cache `b`'s rows under `a`'s, both right-aligned to the wider (zeros on the left, masked out): a
+    running batch with new rows joined. Each cache's length must equal its mask's width."""
+    width = max(mask_a.shape[1], mask_b.shape[1])
+
+    def left(t: Any, n: int) -> Any:  # [rows, heads, n, dim] -> [rows, heads, width, dim]
+        return torch.nn.functional.pad(t, (0, 0, width - n, 0)) if n < width else t
+
+    layers = []
+    for la, lb in zip(a.layers, b.layers, strict=True):
+        na, nb = la.keys.shape[-2], lb.keys.shape[-2]
+        if (na, nb) != (mask_a.shape[1], mask_b.shape[1]):
+            raise ValueError(f"cache lengths {na}, {nb} do not match mask widths {mask_a.shape[1]}, {mask_b.shape[1]}")
+        layers.append((torch.cat([left(la.keys, na), left(lb.keys, nb)]),
+                       torch.cat([left(la.values, na), left(lb.values, nb)])))
+    mask = torch.cat([left(mask_a[:, None, :, None], mask_a.shape[1]), left(mask_b[:, None, :, None], mask_b.shape[1])])
+    return new_cache(layers), mask[:, 0, :, 0]
+
+
 def row_cache(cache: Any, row: int, valid: Any) -> list[tuple[Any, Any]]:
     """Row `row`'s cache at its unmasked positions, copied out of a batch cache: [kv_heads, n, head_dim]."""
     return [(layer.keys[row][:, valid].clone(), layer.values[row][:, valid].clone()) for layer in cache.layers]

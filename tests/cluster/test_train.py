@@ -65,6 +65,9 @@ def test_two_steps_then_resume_after_kill_with_same_task_order(ray_cluster, tmp_
         assert "after_sft" in summary and "after_rl" in summary and "heldout_reward_gain" in summary
         saved = json.loads((tmp_path / "run" / "summary.json").read_text())
         assert saved["after_rl"]["episodes"] == 4
+        engines = saved["engines"]  # the rollout engines' counters, summed over workers
+        assert engines["rows"] >= engines["batches"] > 0 and engines["tokens_generated"] > 0
+        assert 0 <= engines["queue_wait_s"] and engines["reused_prefix_tokens"] <= engines["prompt_tokens"]
         check_faults(resumed)  # the same actors (one start-up is most of this test's time)
     finally:
         resumed.close()

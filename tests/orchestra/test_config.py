@@ -51,6 +51,8 @@ def test_cli_overrides_and_group_swap():
     ("reward.unanswered_penalty=-1", "reward.unanswered_penalty"),
     ("sft.candidates=0", "sft.candidates"),
     ("zoo.server.client_max_in_flight=-1", "zoo.server.client_max_in_flight"),
+    ("engine.join_every=-1", "engine.join_every"),
+    ("engine.prefix_cache_mb=-1", "engine.prefix_cache_mb"),
     ("model.lora.r=-1", "model.lora.r"),
     ("model.lora.target_modules=[]", "model.lora.target_modules"),
     ("model.lora.rank=8", "model.lora.rank"),

@@ -9,8 +9,9 @@ import importlib.util
 import pytest
 import torch
 
-from orchestra.engine import Engine, HFEngine, Sampling, _filter, _inverse_cdf
+from orchestra.engine import Engine, HFEngine, Sampling
 from orchestra.models import eos_token_ids, load_policy
+from orchestra.sampling import filter_top_k_top_p, inverse_cdf
 
 GREEDY = Sampling(max_tokens=12, temperature=0.0)
 # The untrained tiny model's greedy output repeats one token; seeded sampling gives varied, reproducible tokens.
@@ -94,10 +95,32 @@ async def test_shared_prefix_batch_matches_alone(tiny):
 
 
 async def test_max_batch_size_splits(tiny, prompts):
-    engine = make(tiny, max_batch_size=4)
-    await asyncio.gather(*[engine.generate(prompts[i % len(prompts)], Sampling(max_tokens=2, temperature=0))
+    static = make(tiny, max_batch_size=4, join_every=0)
+    await asyncio.gather(*[static.generate(prompts[i % len(prompts)], Sampling(max_tokens=2, temperature=0))
                            for i in range(10)])
-    assert engine.stats()["batches"] == 3
+    assert static.stats()["batches"] == 3 and static.stats()["joins"] == 0
+    engine = make(tiny, max_batch_size=4)  # continuous: the rest take the rows the first four leave
+    gens = await asyncio.gather(*[engine.generate(prompts[i % len(prompts)], Sampling(max_tokens=2, temperature=0))
+                                  for i in range(10)])
+    assert engine.stats()["batches"] == 1 and engine.stats()["joins"] == 2 and all(len(g.token_ids) == 2 for g in gens)
+
+
+async def test_requests_join_a_running_batch_and_match_alone(tiny, prompts):
+    """Requests queued while a batch decodes join it at step `join_every` (one join, two row widths merged) and
+    give the tokens and logprobs they give alone; the batch's own row is unaffected."""
+    loop = asyncio.get_running_loop()
+    first = Sampling(max_tokens=20, temperature=1.0, seed=11)
+    late = [(prompts[i], SEEDED[i]) for i in (5, 0, 3)]  # longer and shorter than the running row
+    alone = [await make(tiny).generate(p, s) for p, s in [(prompts[2], first), *late]]
+    engine = make(tiny, join_every=4)
+    reqs = [engine._request(p, s, loop) for p, s in [(prompts[2], first), *late]]
+    engine._pending.extend(reqs[1:])  # already queued when the batch of reqs[0] starts
+    await asyncio.to_thread(engine._generate_batch, [reqs[0]])
+    joined = [await r.future for r in reqs]
+    assert engine.stats()["batches"] == 1 and engine.stats()["joins"] == 1
+    for a, b in zip(alone, joined, strict=True):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
 async def test_logprobs_equal_direct_forward(tiny, prompts):
@@ -145,20 +168,20 @@ def test_filter_top_k_top_p():
     logits = torch.tensor([[3.0, 2.0, 1.0, 0.0], [3.0, 2.0, 1.0, 0.0]])
     from orchestra.engine import Sampling as S
 
-    out = _filter(logits, [S(top_k=2), S(top_p=0.5)])
+    out = filter_top_k_top_p(logits, [S(top_k=2), S(top_p=0.5)])
     assert torch.isfinite(out[0]).tolist() == [True, True, False, False]
     assert torch.isfinite(out[1]).tolist() == [True, False, False, False]  # p(top)=0.64 >= 0.5 already
-    assert torch.equal(_filter(logits, [S(), S()]), logits)
+    assert torch.equal(filter_top_k_top_p(logits, [S(), S()]), logits)
 
 
 def test_inverse_cdf_sampling_follows_the_probabilities():
     probs = torch.tensor([0.5, 0.0, 0.3, 0.2, 0.0]).expand(20000, 5)
     gen = torch.Generator().manual_seed(0)
-    draws = _inverse_cdf(probs, torch.rand(20000, 1, dtype=torch.float64, generator=gen))
+    draws = inverse_cdf(probs, torch.rand(20000, 1, dtype=torch.float64, generator=gen))
     freq = torch.bincount(draws, minlength=5) / 20000
     assert freq[1] == 0 and freq[4] == 0  # zero-probability tokens are never drawn
     assert torch.allclose(freq, probs[0], atol=0.015)  # ~4 standard errors at n = 20000
-    edge = _inverse_cdf(probs[:3], torch.tensor([[0.0], [0.5], [1.0]], dtype=torch.float64))
+    edge = inverse_cdf(probs[:3], torch.tensor([[0.0], [0.5], [1.0]], dtype=torch.float64))
     assert edge.tolist() == [0, 2, 3]  # u = 1 (u * total rounding up) still lands on the last possible token
 
 
