@@ -116,18 +116,19 @@ async def measure(args: argparse.Namespace, context_mode: str) -> tuple[float, f
         print(f"INFO {context_mode} repeat {r} bare: {tokens} tokens in {wall:.2f}s = {tokens / wall:.0f} tok/s "
               f"({bare_batches} batch(es))")
         engine.prefix_store.clear()
-        batches0, busy0, prompt0, reused0 = (engine.stats()[k] for k in ("batches", "busy_s", "prompt_tokens",
-                                                                          "reused_prefix_tokens"))
+        batches0, joins0, busy0, prompt0, reused0 = (engine.stats()[k] for k in (
+            "batches", "joins", "busy_s", "prompt_tokens", "reused_prefix_tokens"))
         cpu0 = time.process_time()
         tokens, wall, by_turn = await agent_side(loop, tasks, sampling)
         turns = sum(map(len, by_turn))
         cpu_ratios.append(tokens / (time.process_time() - cpu0) / bare_cpu)
         ratios.append(tokens / wall / bare_rate)
         st = engine.stats()
-        agent_batches, busy = st["batches"] - batches0, st["busy_s"] - busy0
+        agent_batches, joins, busy = st["batches"] - batches0, st["joins"] - joins0, st["busy_s"] - busy0
         prompt_tokens = st["prompt_tokens"] - prompt0
         print(f"INFO {context_mode} repeat {r} agent loop: {tokens} tokens, {turns} turns in {wall:.2f}s = "
-              f"{tokens / wall:.0f} tok/s ({agent_batches} batches, mean {turns / max(agent_batches, 1):.1f} rows, "
+              f"{tokens / wall:.0f} tok/s ({agent_batches} batches + {joins} joins, mean "
+              f"{turns / max(agent_batches + joins, 1):.1f} rows each, "
               f"mean prompt {prompt_tokens / turns:.0f} tokens vs {sum(map(len, prompts)) / len(prompts):.0f} on "
               f"turn 1, {(st['reused_prefix_tokens'] - reused0) / prompt_tokens:.0%} of prompt tokens reused from "
               f"kept KV caches; engine busy {busy / wall:.0%} of the wall time)")

@@ -45,13 +45,13 @@ async def main(args: argparse.Namespace) -> None:
     rates: dict[int, list[float]] = {n: [] for n in sizes}
     for r in range(args.repeats):
         for n in (sizes if r % 2 == 0 else sizes[::-1]):  # interleaved: drifting load hits every size alike
-            batches0 = engine.stats()["batches"]
+            prefills0 = engine.stats()["batches"] + engine.stats()["joins"]
             tokens, wall, by_turn = await agent_side(loop, [make_task(i) for i in range(n)], sampling)
             turns = sum(map(len, by_turn))
-            batches = engine.stats()["batches"] - batches0
+            prefills = engine.stats()["batches"] + engine.stats()["joins"] - prefills0
             rates[n].append(tokens / wall)
             print(f"INFO repeat {r} n={n}: {tokens} tokens, {turns} turns in {wall:.2f}s = {tokens / wall:.0f} tok/s, "
-                  f"{n / wall:.1f} episodes/s, mean {turns / max(batches, 1):.1f} rows per batch")
+                  f"{n / wall:.1f} episodes/s, mean {turns / max(prefills, 1):.1f} rows per batch or join")
     median = {n: statistics.median(v) for n, v in rates.items()}
     for n in sizes:
         print(f"INFO n={n}: median {median[n]:.0f} tok/s ({median[n] / median[sizes[0]]:.2f}x n={sizes[0]})")

@@ -293,33 +293,28 @@ class HFEngine:
                     else:
                         keep.append(i)
                 step += 1
-                # Continuous batching: every `join_every` steps (or when the batch ran dry) queued requests take
-                # free rows. A join copies the running cache once, so joining at every step would cost more than
-                # the wait it saves.
-                joining: list[_Request] = []
-                if self.join_every and len(keep) < self.max_batch_size and (not keep or step % self.join_every == 0):
-                    joining = self._take(self.max_batch_size - len(keep))
-                if not keep and not joining:
+                if not keep:  # a batch that ran dry ends: the runner gathers the next one (batch_wait_ms)
                     break
-                if keep:
-                    if len(keep) < len(rows):  # drop finished rows from the batch and the KV cache
-                        idx = torch.tensor(keep, device=self.device)
-                        cache.batch_select_indices(idx)
-                        mask, next_pos, new = mask[idx], next_pos[idx], new[idx]
-                        rows = [rows[i] for i in keep]
-                    mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
-                    out = self.model(input_ids=new[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                                     past_key_values=cache, use_cache=True)
-                    cache, logits, next_pos = out.past_key_values, out.logits[:, -1, :].float(), next_pos + 1
+                if len(keep) < len(rows):  # drop finished rows from the batch and the KV cache
+                    idx = torch.tensor(keep, device=self.device)
+                    cache.batch_select_indices(idx)
+                    mask, next_pos, new = mask[idx], next_pos[idx], new[idx]
+                    rows = [rows[i] for i in keep]
+                mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+                out = self.model(input_ids=new[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                                 past_key_values=cache, use_cache=True)
+                cache, logits, next_pos = out.past_key_values, out.logits[:, -1, :].float(), next_pos + 1
+                # Continuous batching: every `join_every` steps queued requests take the free rows. A join copies
+                # the running cache once, so joining at every step would cost more than the wait it saves.
+                joining: list[_Request] = []
+                if self.join_every and len(rows) < self.max_batch_size and step % self.join_every == 0:
+                    joining = self._take(self.max_batch_size - len(rows))
                 if joining:
                     batch.extend(joining)  # the caller fails every request of `batch` if this batch raises
                     self._stats["joins"] += 1
                     toks.update({id(r): [] for r in joining})
                     lps.update({id(r): [] for r in joining})
                     c2, m2, l2, p2 = self._prefill(joining)
-                    if keep:
-                        cache, mask = join_batches(cache, mask, c2, m2)
-                        logits, next_pos, rows = torch.cat([logits, l2]), torch.cat([next_pos, p2]), rows + joining
-                    else:
-                        cache, mask, logits, next_pos, rows = c2, m2, l2, p2, joining
+                    cache, mask = join_batches(cache, mask, c2, m2)
+                    logits, next_pos, rows = torch.cat([logits, l2]), torch.cat([next_pos, p2]), rows + joining
             self._stats["busy_s"] += time.perf_counter() - start
