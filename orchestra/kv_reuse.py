@@ -232,10 +232,10 @@ def merge_left_padded(prefixes: list[tuple[list[tuple[Any, Any]] | None, int]]) 
 def join_batches(a: Any, mask_a: Any, b: Any, mask_b: Any) -> tuple[Any, Any]:
     """Batch cache `b`'s rows under `a`'s, both right-aligned to the wider (zeros on the left, masked out): a
     running batch with new rows joined. Each cache's length must equal its mask's width."""
-    width = max(mask_a.shape[1], mask_b.shape[1])
+    width, pad = max(mask_a.shape[1], mask_b.shape[1]), torch.nn.functional.pad
 
     def left(t: Any, n: int) -> Any:  # [rows, heads, n, dim] -> [rows, heads, width, dim]
-        return torch.nn.functional.pad(t, (0, 0, width - n, 0)) if n < width else t
+        return pad(t, (0, 0, width - n, 0)) if n < width else t
 
     layers = []
     for la, lb in zip(a.layers, b.layers, strict=True):
@@ -244,8 +244,8 @@ def join_batches(a: Any, mask_a: Any, b: Any, mask_b: Any) -> tuple[Any, Any]:
             raise ValueError(f"cache lengths {na}, {nb} do not match mask widths {mask_a.shape[1]}, {mask_b.shape[1]}")
         layers.append((torch.cat([left(la.keys, na), left(lb.keys, nb)]),
                        torch.cat([left(la.values, na), left(lb.values, nb)])))
-    mask = torch.cat([left(mask_a[:, None, :, None], mask_a.shape[1]), left(mask_b[:, None, :, None], mask_b.shape[1])])
-    return new_cache(layers), mask[:, 0, :, 0]
+    mask = torch.cat([pad(mask_a, (width - mask_a.shape[1], 0)), pad(mask_b, (width - mask_b.shape[1], 0))])
+    return new_cache(layers), mask
 
 
 def row_cache(cache: Any, row: int, valid: Any) -> list[tuple[Any, Any]]:
