@@ -1,5 +1,5 @@
 """Benchmark: 64 concurrent agent-loop episodes vs a bare batched generate, same engine -> RESULT engine_efficiency
-(reprompt context mode) and RESULT engine_efficiency_transcript.
+(reprompt context mode), engine_efficiency_transcript, and engine_efficiency_same_work(_transcript).
 
 Both sides run the tiny policy on one HFEngine. The AGENT side runs `--episodes` episodes of
 orchestra.agent_loop.AgentLoop at once (`--turns` turns, in-process fake tools with zero latency
@@ -11,6 +11,11 @@ runs are adjacent in time, so they see similar load on a shared machine) and the
 Each side starts with the engine's kept KV caches cleared, so the bare side never reuses the agent side's work
 (or the reverse); within the agent side, later turns reuse their episode's cache (`--prefix-cache-mb 0`: off).
 INFO lines also give the ratio in tokens per CPU-second of this process, which other processes do not disturb.
+
+Later turns decode over longer contexts than the first (the history grows), so even a loop with no overhead
+scores below 1 against first-turn prompts. The SAME-WORK side therefore also sends the bare engine the agent's own
+prompts, turn by turn (each turn's prompts in one concurrent call, no kept caches): RESULT
+engine_efficiency_same_work = agent tokens/s / that side's tokens/s, the loop's cost net of how long its prompts are.
 
 Honest caveat: the untrained tiny policy never writes a valid tool call, so each of its turns ends with a
 format-error observation rather than a tool result; the fake tools are registered (their schemas are in the
