@@ -5,6 +5,11 @@ RRF (Cormack et al. 2009) scores a passage by sum_i w_i / (rrf_k + rank_i) over 
 it is the fusion used here. `rrf_k = 60` is the paper's constant, fixed a priori; `dense_weight` is w_dense
 (w_bm25 = 1 - w_dense), 0.5 by default = plain RRF. Each ranking is read to `depth` hits (at least k).
 
+`feedback=1` (off by default) adds one second-hop round, as multi-hop retrievers do: the query followed by the title
+and text of the first round's top passage is searched both ways again, and the four rankings are fused. A question
+whose answer needs a second passage (a bridge entity named only in the first) finds it this way; it costs a second
+search per query, with a passage-long text to embed.
+
 Allow-lists go to both sub-searches, which filter inside their own search (tools/retriever.py), so every fused
 hit is allowed and, because the dense side returns min(depth, allowed) hits, k allowed hits come back whenever k
 are allowed — the same contract as a single index.
@@ -42,13 +47,16 @@ class HybridIndex:
     kind = "hybrid"
 
     def __init__(self, dense: DenseIndex, bm25: BM25Index, rrf_k: int = 60, dense_weight: float = 0.5,
-                 depth: int = 100):
+                 depth: int = 100, feedback: int = 0):
         if not 0.0 <= dense_weight <= 1.0:
             raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
         if rrf_k < 1 or depth < 1:
             raise ValueError(f"rrf_k and depth must be >= 1, got {rrf_k}, {depth}")
+        if feedback not in (0, 1):
+            raise ValueError(f"feedback must be 0 (one round) or 1 (a second-hop round), got {feedback}")
         self.dense, self.bm25 = dense, bm25
         self.rrf_k, self.dense_weight, self.depth = int(rrf_k), float(dense_weight), int(depth)
+        self.feedback = int(feedback)
 
     @property
     def passages(self) -> list[Passage]:
@@ -70,18 +78,32 @@ class HybridIndex:
         depth = max(k, self.depth)
         dense_rows = self.dense.search(queries, depth, allow)
         bm25_rows = self.bm25.search(queries, depth, allow)
-        return self.fuse(dense_rows, bm25_rows, k)
+        return self._rounds(queries, dense_rows, bm25_rows, k, allow)
 
     def search_vectors(self, vectors, queries: list[str], k: int = 10,
                        allow_ids: Iterable[str] | None = None) -> list[list[Hit]]:
         """`search` with the query embeddings computed elsewhere (the texts still feed BM25)."""
         allow = list(allow_ids) if allow_ids is not None else None
         depth = max(k, self.depth)
-        return self.fuse(self.dense.search_vectors(vectors, depth, allow), self.bm25.search(queries, depth, allow), k)
+        dense_rows = self.dense.search_vectors(vectors, depth, allow)
+        return self._rounds(queries, dense_rows, self.bm25.search(queries, depth, allow), k, allow)
 
     def fuse(self, dense_rows: list[list[Hit]], bm25_rows: list[list[Hit]], k: int) -> list[list[Hit]]:
         weights = [self.dense_weight, 1.0 - self.dense_weight]
         return [rrf_fuse([d, b], weights, k, self.rrf_k) for d, b in zip(dense_rows, bm25_rows, strict=True)]
+
+    def _rounds(self, queries: list[str], dense_rows: list[list[Hit]], bm25_rows: list[list[Hit]], k: int,
+                allow: list[str] | None) -> list[list[Hit]]:
+        """The first round's fusion, or with `feedback` the fusion of both rounds' four rankings."""
+        if not self.feedback:
+            return self.fuse(dense_rows, bm25_rows, k)
+        top = self.fuse(dense_rows, bm25_rows, 1)
+        hop = [f"{q} {row[0].title} {row[0].text}" if row else q for q, row in zip(queries, top, strict=True)]
+        depth = max(k, self.depth)
+        dense2, bm25_2 = self.dense.search(hop, depth, allow), self.bm25.search(hop, depth, allow)
+        weights = [self.dense_weight, 1.0 - self.dense_weight] * 2
+        return [rrf_fuse(list(rankings), weights, k, self.rrf_k)
+                for rankings in zip(dense_rows, bm25_rows, dense2, bm25_2, strict=True)]
 
     def save(self, out_dir: str | Path) -> Path:
         out = Path(out_dir)
@@ -89,7 +111,7 @@ class HybridIndex:
         self.dense.save(out / "dense")
         self.bm25.save(out / "bm25")
         info = {"kind": self.kind, "count": len(self), "rrf_k": self.rrf_k, "dense_weight": self.dense_weight,
-                "depth": self.depth}
+                "depth": self.depth, "feedback": self.feedback}
         atomic_write(out / "info.json", lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1)))
         return out
 
@@ -105,4 +127,5 @@ class HybridIndex:
         dense, bm25 = DenseIndex.load(index_dir / "dense", embedder), BM25Index.load(index_dir / "bm25")
         if [p["id"] for p in dense.passages] != [p["id"] for p in bm25.passages] or len(dense) != info["count"]:
             raise ValueError(f"{index_dir}: dense/ and bm25/ do not hold the same {info['count']} passages")
-        return cls(dense, bm25, rrf_k=info["rrf_k"], dense_weight=info["dense_weight"], depth=info["depth"])
+        return cls(dense, bm25, rrf_k=info["rrf_k"], dense_weight=info["dense_weight"], depth=info["depth"],
+                   feedback=info.get("feedback", 0))
