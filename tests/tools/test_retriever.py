@@ -247,7 +247,9 @@ def test_save_load_hnsw_and_hybrid(dense_subset, hnsw_subset, hybrid_subset, tmp
     again = HybridIndex.load(hybrid_dir, hybrid_subset.dense.embedder)
     assert [[(h.doc_id, h.score) for h in r] for r in again.search(queries, k=10)] == \
            [[(h.doc_id, h.score) for h in r] for r in hybrid_subset.search(queries, k=10)]
-    assert isinstance(build_index(index_dir=hybrid_dir), HybridIndex)  # hybrid is the default kind
+    default = build_index(index_dir=hybrid_dir)
+    assert isinstance(default, HybridIndex) and default.feedback == 0  # hybrid is the default kind
+    assert build_index(index_dir=hybrid_dir, kind="hybrid_2hop").feedback == 1  # the same saved index, two rounds
     with pytest.raises(ValueError, match="'hybrid' index, not 'dense'"):
         DenseIndex.load(hybrid_dir, hybrid_subset.dense.embedder)
     (tmp_path / "half").mkdir()
