@@ -30,17 +30,15 @@ log = logging.getLogger(__name__)
 
 
 def build_engine(model: Any, tokenizer: Any, kind: str, engine_kwargs: dict[str, Any]) -> Any:
-    """`hf`, `vllm`, or `package.module:factory` — a callable (model, tokenizer, **engine_kwargs) -> Engine,
-    e.g. a scripted engine for benchmarks that measure tool overlap rather than generation speed."""
+    """`hf`, or `package.module:factory` — a callable (model, tokenizer, **engine_kwargs) -> Engine, e.g. a
+    scripted engine for benchmarks that measure tool overlap rather than generation speed."""
     if ":" in kind:
         import importlib
 
         module, _, attr = kind.partition(":")
         return getattr(importlib.import_module(module), attr)(model, tokenizer, **engine_kwargs)
-    if kind == "vllm":
-        from orchestra.vllm_engine import VLLMEngine
-
-        return VLLMEngine.from_model(model, tokenizer, **engine_kwargs)
+    if kind == "vllm":  # cluster/launch.py refuses it before any actor starts
+        raise ValueError("rollout workers run engine.kind=hf (or a factory); vLLM rollouts go through backend=verl")
     from orchestra.engine import HFEngine
 
     return HFEngine.from_model(model, tokenizer, **engine_kwargs)

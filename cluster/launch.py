@@ -14,7 +14,7 @@ from typing import Any
 
 import ray
 
-from orchestra.config import ExperimentConfig
+from orchestra.config import ConfigError, ExperimentConfig
 
 
 def init_ray(cfg: ExperimentConfig) -> str:
@@ -185,6 +185,9 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
     from actors.rollout_worker import RolloutWorker
 
     c, e = cfg.cluster, cfg.engine
+    if e.kind == "vllm":  # VLLMEngine loads weights from a saved directory and syncs them asynchronously
+        raise ConfigError("engine.kind=vllm: the local backend's rollout workers run engine.kind=hf; vLLM rollouts "
+                          "go through backend=verl (and `make serve` takes engine.kind=vllm with a checkpoint)")
     workers = []
     for i in range(c.num_rollout_workers):
         cls = ray.remote(RolloutWorker).options(name=f"rollout-worker-{i}", num_cpus=c.rollout_worker_cpus,

@@ -3,7 +3,9 @@
 Needs the `gpu` extra (`pip install -e .[gpu]`, vllm==0.24.0 as verl pins it); vllm is imported only when a
 VLLMEngine is built, so importing this module is always safe. UNTESTED HERE: this project's machines have no
 GPU and no vllm, so the only test checks the clear ImportError; on a cluster the verl backend drives vLLM
-itself and this engine serves the local backend / Serve app on one GPU.
+itself and this engine serves the Serve app on one GPU (`engine.kind=vllm` with a checkpoint). The local
+backend's rollout workers do not take it (cluster/launch.py says so): they sync weights synchronously, while
+`load_weights` here is a coroutine.
 Logprobs come back in vLLM's `processed_logprobs` mode: after temperature, so with top_p=1 and top_k=0 (the
 RL default) they are log_softmax(logits / T) like HFEngine's; with top-k / top-p on, vLLM renormalises over
 the kept tokens, which HFEngine does not. Weight updates go through a worker extension (`WeightSync`) via

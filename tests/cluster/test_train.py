@@ -73,6 +73,16 @@ def test_two_steps_then_resume_after_kill_with_same_task_order(ray_cluster, tmp_
         resumed.close()
 
 
+def test_local_backend_refuses_vllm_rollouts_by_name(tmp_path):
+    """VLLMEngine loads weights from a directory and syncs them asynchronously, which the local backend's rollout
+    workers do not do: the launcher says so, naming the key, before any actor starts."""
+    from cluster.launch import start_rollout_workers
+    from orchestra.config import ConfigError
+
+    with pytest.raises(ConfigError, match="engine.kind=vllm.*backend=verl"):
+        start_rollout_workers(small_cfg(tmp_path, "engine.kind=vllm"), {}, None)
+
+
 def test_task_order_is_a_function_of_seed_and_step():
     items = list(range(10))
     a, b = TaskSampler(items, 4, seed=1), TaskSampler(items, 4, seed=1)
