@@ -155,11 +155,17 @@ class GrowingLayer(DynamicLayer):
 
     def _fill(self, keys: torch.Tensor, values: torch.Tensor, spare: int) -> None:
         rows, heads, n, dim = keys.shape
-        self._k = keys.new_empty((rows, heads, n + spare, dim))
-        self._v = values.new_empty((rows, values.shape[1], n + spare, values.shape[-1]))
-        self._k[:, :, :n], self._v[:, :, :n] = keys, values
-        self._n = n
-        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+        k = keys.new_empty((rows, heads, n + spare, dim))
+        v = values.new_empty((rows, values.shape[1], n + spare, values.shape[-1]))
+        k[:, :, :n], v[:, :, :n] = keys, values
+        self._adopt(k, v, n)
+
+    def _adopt(self, k: torch.Tensor, v: torch.Tensor, n: int) -> None:
+        """Take buffers whose first n positions are filled as this layer's storage, without a copy."""
+        if not self.is_initialized:
+            self.lazy_initialization(k, v)
+        self._k, self._v, self._n = k, v, n
+        self.keys, self.values = k[:, :, :n], v[:, :, :n]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,8 +197,10 @@ class GrowingLayer(DynamicLayer):
             self.keys, self.values = self._k[:, :, :self._n], self._v[:, :, :self._n]
 
 
-def new_cache(layers: list[tuple[Any, Any]] | None = None) -> Any:
-    """A DynamicCache of GrowingLayers: empty (filled by the first forward), or holding per-layer (keys, values)."""
+def new_cache(layers: list[tuple[Any, Any]] | None = None, filled: int | None = None) -> Any:
+    """A DynamicCache of GrowingLayers: empty (filled by the first forward), or holding per-layer (keys, values).
+    With `filled`, those are buffers with room to grow whose first `filled` positions hold the cache: they are
+    taken as they are, not copied."""
     cache = DynamicCache.__new__(DynamicCache)  # a DynamicCache to the model, with other layers inside
     if layers is None:
         Cache.__init__(cache, layer_class_to_replicate=GrowingLayer)
@@ -200,10 +208,19 @@ def new_cache(layers: list[tuple[Any, Any]] | None = None) -> Any:
     built = []
     for keys, values in layers:
         layer = GrowingLayer()
-        layer.update(keys, values)
+        if filled is None:
+            layer.update(keys, values)
+        else:
+            layer._adopt(keys, values, filled)
         built.append(layer)
     Cache.__init__(cache, layers=built)
     return cache
+
+
+def _buffer(like: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+    """Zeros for `rows` rows of `width` positions shaped like a [heads, n, dim] cache, with GrowingLayer's room."""
+    return torch.zeros((rows, like.shape[-3], width + GrowingLayer.SPARE, like.shape[-1]), dtype=like.dtype,
+                       device=like.device)
 
 
 def merge_left_padded(prefixes: list[tuple[list[tuple[Any, Any]] | None, int]]) -> tuple[Any, Any, int]:
@@ -215,37 +232,36 @@ def merge_left_padded(prefixes: list[tuple[list[tuple[Any, Any]] | None, int]]) 
     mask = torch.zeros((len(prefixes), width), dtype=torch.long, device=first[0][0].device)
     layers = []
     for layer, (k0, v0) in enumerate(first):
-        shape = (len(prefixes), k0.shape[0], width, k0.shape[-1])
-        keys = torch.zeros(shape, dtype=k0.dtype, device=k0.device)
-        values = torch.zeros((len(prefixes), v0.shape[0], width, v0.shape[-1]), dtype=v0.dtype, device=v0.device)
+        keys, values = _buffer(k0, len(prefixes), width), _buffer(v0, len(prefixes), width)
         for i, (kv, n) in enumerate(prefixes):
             if n:
-                keys[i, :, width - n:] = kv[layer][0][:, :n]
-                values[i, :, width - n:] = kv[layer][1][:, :n]
+                keys[i, :, width - n:width] = kv[layer][0][:, :n]
+                values[i, :, width - n:width] = kv[layer][1][:, :n]
         layers.append((keys, values))
     for i, (_, n) in enumerate(prefixes):
         if n:
             mask[i, width - n:] = 1
-    return new_cache(layers), mask, width
+    return new_cache(layers, filled=width), mask, width
 
 
 def join_batches(a: Any, mask_a: Any, b: Any, mask_b: Any) -> tuple[Any, Any]:
     """Batch cache `b`'s rows under `a`'s, both right-aligned to the wider (zeros on the left, masked out): a
     running batch with new rows joined. Each cache's length must equal its mask's width."""
-    width, pad = max(mask_a.shape[1], mask_b.shape[1]), torch.nn.functional.pad
-
-    def left(t: Any, n: int) -> Any:  # [rows, heads, n, dim] -> [rows, heads, width, dim]
-        return pad(t, (0, 0, width - n, 0)) if n < width else t
-
+    (ra, na), (rb, nb) = mask_a.shape, mask_b.shape
+    width, pad = max(na, nb), torch.nn.functional.pad
     layers = []
     for la, lb in zip(a.layers, b.layers, strict=True):
-        na, nb = la.keys.shape[-2], lb.keys.shape[-2]
-        if (na, nb) != (mask_a.shape[1], mask_b.shape[1]):
-            raise ValueError(f"cache lengths {na}, {nb} do not match mask widths {mask_a.shape[1]}, {mask_b.shape[1]}")
-        layers.append((torch.cat([left(la.keys, na), left(lb.keys, nb)]),
-                       torch.cat([left(la.values, na), left(lb.values, nb)])))
-    mask = torch.cat([pad(mask_a, (width - mask_a.shape[1], 0)), pad(mask_b, (width - mask_b.shape[1], 0))])
-    return new_cache(layers), mask
+        if (la.keys.shape[-2], lb.keys.shape[-2]) != (na, nb):
+            raise ValueError(f"cache lengths {la.keys.shape[-2]}, {lb.keys.shape[-2]} do not match mask widths {na}, "
+                             f"{nb}")
+        joined = []
+        for ta, tb in ((la.keys, lb.keys), (la.values, lb.values)):
+            buf = _buffer(ta[0], ra + rb, width)  # written once, straight into the joined layer's storage
+            buf[:ra, :, width - na:width], buf[ra:, :, width - nb:width] = ta, tb
+            joined.append(buf)
+        layers.append(tuple(joined))
+    mask = torch.cat([pad(mask_a, (width - na, 0)), pad(mask_b, (width - nb, 0))])
+    return new_cache(layers, filled=width), mask
 
 
 def row_cache(cache: Any, row: int, valid: Any) -> list[tuple[Any, Any]]:
