@@ -390,7 +390,8 @@ def build_service(settings: ServeSettings) -> OrchestraService:
                                  chat_template=m.chat_template, seed=cfg.seed)
         engine = HFEngine.from_model(model, tok, max_batch_size=cfg.engine.max_batch_size,
                                      batch_wait_ms=cfg.engine.batch_wait_ms, device=str(model.device),
-                                     prefix_cache_mb=cfg.engine.prefix_cache_mb, join_every=cfg.engine.join_every)
+                                     prefix_cache_mb=cfg.engine.prefix_cache_mb, join_every=cfg.engine.join_every,
+                                     prefill_chunk_tokens=cfg.engine.prefill_chunk_tokens)
     eos = eos_token_ids(tok)
     a = cfg.agent
     prompter = Prompter(tok, system_prompt=a.system_prompt, doc_chars=a.doc_chars, code_chars=a.code_chars,

@@ -11,6 +11,8 @@ runs are adjacent in time, so they see similar load on a shared machine) and the
 Each side starts with the engine's kept KV caches cleared, so the bare side never reuses the agent side's work
 (or the reverse); within the agent side, later turns reuse their episode's cache (`--prefix-cache-mb 0`: off).
 INFO lines also give the ratio in tokens per CPU-second of this process, which other processes do not disturb.
+Last, RESULT prefill_chunked_speedup times one 64 x 400-token prefill in one forward and in the engine's default
+4096-token chunks (`engine.prefill_chunk_tokens`).
 
 Later turns decode over longer contexts than the first (the history grows), so even a loop with no overhead
 scores below 1 against first-turn prompts. The SAME-WORK side therefore also sends the bare engine the agent's own
@@ -25,7 +27,7 @@ torch runs `--threads` intra-op threads (default 1): on a shared 2-core box two 
 tiny model's small matmuls ~50x slower; both sides use the same setting, so the ratio is unaffected.
 
 Usage: .venv/bin/python bench/engine_efficiency.py [--episodes 64] [--turns 3] [--max-tokens 48] [--repeats 2]
-       [--threads 1] [--context-mode both|reprompt|transcript] [--prefix-cache-mb 1024]
+       [--threads 1] [--context-mode both|reprompt|transcript] [--prefix-cache-mb 1024] [--prefill-chunk-tokens 4096]
 """
 
 from __future__ import annotations
@@ -53,10 +55,11 @@ from orchestra.prompt import Prompter  # noqa: E402
 from tools.base import LocalToolClient  # noqa: E402
 
 
-def build(max_turns: int, max_batch_size: int = 64, context_mode: str = "reprompt", prefix_cache_mb: float = 1024):
+def build(max_turns: int, max_batch_size: int = 64, context_mode: str = "reprompt", prefix_cache_mb: float = 1024,
+          prefill_chunk_tokens: int = 4096):
     model, tok = load_policy("tiny")
     engine = HFEngine.from_model(model, tok, max_batch_size=max_batch_size, batch_wait_ms=2.0,
-                                 prefix_cache_mb=prefix_cache_mb)
+                                 prefix_cache_mb=prefix_cache_mb, prefill_chunk_tokens=prefill_chunk_tokens)
     tools = {name: FakeTool(name, cost_usd=0.001, reply=f"{name} result", answers=name == "answer")
              for name in ("search", "enhance_reasoning", "answer")}
     prompter = Prompter(tok)
@@ -104,7 +107,8 @@ async def bare_side(engine: HFEngine, prompts: list[list[int]], sampling: Sampli
 
 async def measure(args: argparse.Namespace, context_mode: str) -> tuple[float, float]:
     engine, loop, prompter, client = build(args.turns, context_mode=context_mode,
-                                           prefix_cache_mb=args.prefix_cache_mb)
+                                           prefix_cache_mb=args.prefix_cache_mb,
+                                           prefill_chunk_tokens=args.prefill_chunk_tokens)
     tasks = [make_task(i) for i in range(args.episodes)]
     sampling = Sampling(max_tokens=args.max_tokens, temperature=1.0)
     prompts = first_prompts(prompter, client, tasks, context_mode)
@@ -148,6 +152,28 @@ async def measure(args: argparse.Namespace, context_mode: str) -> tuple[float, f
     return statistics.median(ratios), statistics.median(same_work)
 
 
+async def prefill_speedup(rows: int = 64, length: int = 400, repeats: int = 3) -> None:
+    """RESULT prefill_chunked_speedup: one prefill of `rows` x `length` random prompt tokens (no shared prefix,
+    one token generated) in one forward vs in the engine's default chunks, alternated, median walls."""
+    import torch
+
+    model, tok = load_policy("tiny")
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(300, len(tok) - 64, (length,), generator=gen).tolist() for _ in range(rows)]
+    engines = {c: HFEngine.from_model(model, tok, max_batch_size=rows, prefix_cache_mb=0, prefill_chunk_tokens=c)
+               for c in (0, 4096)}
+    walls: dict[int, list[float]] = {c: [] for c in engines}
+    for r in range(repeats + 1):  # the first round warms up
+        for c, engine in engines.items():
+            start = time.perf_counter()
+            await asyncio.gather(*[engine.generate(p, Sampling(max_tokens=1)) for p in prompts])
+            if r:
+                walls[c].append(time.perf_counter() - start)
+    whole, chunked = statistics.median(walls[0]), statistics.median(walls[4096])
+    print(f"INFO prefill of {rows} x {length} tokens: one forward {whole:.2f}s, 4096-token chunks {chunked:.2f}s")
+    print(f"RESULT prefill_chunked_speedup={whole / chunked:.3f}")
+
+
 async def main(args: argparse.Namespace) -> None:
     import torch
 
@@ -159,6 +185,7 @@ async def main(args: argparse.Namespace) -> None:
         suffix = "" if mode == "reprompt" else "_" + mode
         print(f"RESULT engine_efficiency{suffix}={ratio:.3f}")
         print(f"RESULT engine_efficiency_same_work{suffix}={same_work:.3f}")
+    await prefill_speedup()
 
 
 if __name__ == "__main__":
@@ -171,4 +198,6 @@ if __name__ == "__main__":
     parser.add_argument("--context-mode", choices=["reprompt", "transcript", "both"], default="both")
     parser.add_argument("--prefix-cache-mb", type=float, default=1024,
                         help="the engine's kept-KV budget; 0 turns per-episode prefix reuse off")
+    parser.add_argument("--prefill-chunk-tokens", type=int, default=4096,
+                        help="prompt tokens per prefill forward; 0: one forward per prefill")
     asyncio.run(main(parser.parse_args()))

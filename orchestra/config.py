@@ -76,6 +76,7 @@ class EngineConfig:
     batch_wait_ms: float = 2.0  # how long the HF engine waits to coalesce concurrent requests
     prefix_cache_mb: float = 1024.0  # HF engine: finished turns' KV kept for the episode's next turn (0 = off)
     join_every: int = 8  # HF engine: queued requests join a running batch every N decode steps (0 = static)
+    prefill_chunk_tokens: int = 4096  # HF engine: prompt tokens per prefill forward (0 = one forward)
     max_model_len: int = 4096
     gpu_memory_utilization: float = 0.5
 
@@ -508,6 +509,7 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be hf, vllm or package.module:factory, got {cfg.engine.kind!r}")
     need(cfg.engine.prefix_cache_mb >= 0, "engine.prefix_cache_mb", "must be >= 0 (0: no KV kept between turns)")
     need(cfg.engine.join_every >= 0, "engine.join_every", "must be >= 0 (0: static batching)")
+    need(cfg.engine.prefill_chunk_tokens >= 0, "engine.prefill_chunk_tokens", "must be >= 0 (0: one forward)")
     need(cfg.reward.unanswered_penalty >= 0, "reward.unanswered_penalty", "must be >= 0 (it is subtracted)")
     need(cfg.reward.unanswered_penalty == 0 or cfg.reward.rubric == "scalar", "reward.unanswered_penalty",
          "is a term of the scalar rubric only; set reward=scalar or leave it 0")

@@ -52,6 +52,7 @@ def test_cli_overrides_and_group_swap():
     ("sft.candidates=0", "sft.candidates"),
     ("zoo.server.client_max_in_flight=-1", "zoo.server.client_max_in_flight"),
     ("engine.join_every=-1", "engine.join_every"),
+    ("engine.prefill_chunk_tokens=-1", "engine.prefill_chunk_tokens"),
     ("engine.prefix_cache_mb=-1", "engine.prefix_cache_mb"),
     ("model.lora.r=-1", "model.lora.r"),
     ("model.lora.target_modules=[]", "model.lora.target_modules"),

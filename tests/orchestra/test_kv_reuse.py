@@ -26,9 +26,9 @@ def tiny():
     return load_policy("tiny")
 
 
-def engine(tiny, mb: float = 64.0) -> HFEngine:
+def engine(tiny, mb: float = 64.0, chunk: int = 4096) -> HFEngine:
     model, tok = tiny
-    return HFEngine.from_model(model, tok, prefix_cache_mb=mb)
+    return HFEngine.from_model(model, tok, prefix_cache_mb=mb, prefill_chunk_tokens=chunk)
 
 
 def first_prompts(tok, n: int = 4) -> list[list[int]]:
@@ -90,6 +90,35 @@ async def test_mixed_batch_of_reused_and_fresh_rows(tiny):
     assert max(map(len, continued)) - max(map(len, prompts[:2])) >= 20
     for p, g in zip(batch, outs, strict=True):
         assert g.logprobs == pytest.approx(direct_logprobs(model, p, g.token_ids), abs=1e-4)
+
+
+async def test_chunked_prefill_matches_one_forward(tiny):
+    """Prefill in 16-token chunks (the cache growing chunk by chunk) gives the tokens and logprobs of one forward
+    over the whole prompt, for fresh left-padded rows and for rows continuing from a kept cache."""
+    model, tok = tiny
+    extra = [tok.encode(f"<tool_response>result {i}: " + " ".join(str(37 * j) for j in range(8 + 2 * i))
+                        + "</tool_response>", add_special_tokens=False) for i in range(4)]
+    forwards = []
+    hook = model.register_forward_pre_hook(lambda *_: forwards.append(1))
+    try:
+        runs = {}
+        for chunk in (0, 16):
+            forwards.clear()
+            runs[chunk] = await two_turns(engine(tiny, chunk=chunk), tok, extra), len(forwards)
+    finally:
+        hook.remove()
+    (first_c, second_c, prompts2), n_chunked = runs[16]
+    (first_w, second_w, _), n_whole = runs[0]
+    # turn 1 feeds > 40 tokens a row and turn 2 > 16 new ones: both prefills take several chunk forwards
+    assert min(map(len, first_prompts(tok))) > 40 and min(map(len, extra)) > 16
+    assert n_chunked >= n_whole + 4
+    for a, b in zip(first_c + second_c, first_w + second_w, strict=True):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    for p, g in zip(prompts2, second_c, strict=True):
+        assert g.logprobs == pytest.approx(direct_logprobs(model, p, g.token_ids), abs=1e-4)
+    with pytest.raises(ValueError, match="prefill_chunk_tokens"):
+        engine(tiny, chunk=-1)
 
 
 async def test_agent_loop_releases_ended_episodes_and_weights_clear(tiny):
