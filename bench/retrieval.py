@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tools.hybrid import HybridIndex  # noqa: E402
+from tools.hybrid import HybridIndex, rrf_fuse  # noqa: E402
 from tools.indexes import new_index  # noqa: E402
 from tools.indexes import search as faiss_search  # noqa: E402
 from tools.retriever import BM25Index, DenseIndex, Embedder, load_corpus  # noqa: E402
@@ -39,8 +39,58 @@ from tools.retriever import BM25Index, DenseIndex, Embedder, load_corpus  # noqa
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
-def recall_at_10(rows, golds: list[set[str]]) -> float:
-    return sum(len(gold & {h.doc_id for h in row}) / len(gold) for row, gold in zip(rows, golds, strict=True)) / len(golds)
+def recalls(rows, golds: list[set[str]]) -> list[float]:
+    """Per-question recall: the share of a question's gold ids among its hits."""
+    return [len(gold & {h.doc_id for h in row}) / len(gold) for row, gold in zip(rows, golds, strict=True)]
+
+
+def margin_interval(fused: list[float], singles: list[list[float]], n: int = 2000) -> tuple[float, float]:
+    """Paired bootstrap 95% interval of mean(fused) - max(mean of each single method): questions are resampled
+    together, so the interval shows how much of a margin 100 questions can tell apart from noise."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    f, s = np.asarray(fused), np.asarray(singles)
+    picks = rng.integers(0, len(f), size=(n, len(f)))
+    margins = f[picks].mean(axis=1) - s[:, picks].mean(axis=2).max(axis=0)
+    return float(np.percentile(margins, 2.5)), float(np.percentile(margins, 97.5))
+
+
+def second_hop_variants(dense, bm25, queries: list[str], golds: list[set[str]]) -> dict[str, list[float]]:
+    """Per-question recall of the four second-hop variants tried while designing `feedback=1`: the top 1 or 2
+    fused passages appended to the query, first-round rankings weighted 1x or 2x. `top1_w1` is HybridIndex's."""
+    first = HybridIndex(dense, bm25)
+    d1, b1 = dense.search(queries, first.depth), bm25.search(queries, first.depth)
+    top = first.fuse(d1, b1, 2)
+    out = {}
+    for n_top in (1, 2):
+        hop = [" ".join([q] + [f"{h.title} {h.text}" for h in row[:n_top]]) for q, row in zip(queries, top, strict=True)]
+        d2, b2 = dense.search(hop, first.depth), bm25.search(hop, first.depth)
+        for w in (1, 2):
+            rows = [rrf_fuse(list(r), [0.5 * w, 0.5 * w, 0.5, 0.5], 10) for r in zip(d1, b1, d2, b2, strict=True)]
+            out[f"top{n_top}_w{w}"] = recalls(rows, golds)
+    return out
+
+
+def selection_cv(variants: dict[str, list[float]], singles: list[list[float]], repeats: int = 50) -> float:
+    """Out-of-sample margin of *choosing* a variant on these questions: split them in halves at random, pick the
+    variant best on one half, score its margin over the best single method on the other; mean over both halves
+    of `repeats` splits. This is the figure the in-sample best variant's margin overstates."""
+    import random
+
+    rng, n, out = random.Random(0), len(singles[0]), []
+
+    def mean(xs: list[float], idx: list[int]) -> float:
+        return sum(xs[i] for i in idx) / len(idx)
+
+    for _ in range(repeats):
+        order = list(range(n))
+        rng.shuffle(order)
+        halves = (order[: n // 2], order[n // 2:])
+        for pick, score in (halves, halves[::-1]):
+            best = max(variants, key=lambda v: mean(variants[v], pick))
+            out.append(mean(variants[best], score) - max(mean(s, score) for s in singles))
+    return sum(out) / len(out)
 
 
 def timed_search(index, queries: list[str]):
@@ -63,11 +113,30 @@ def evaluate(passages, queries: list[str], golds: list[set[str]], embedder: Embe
     dense = DenseIndex(embedder).build(passages)
     out["dense_build_s"] = time.perf_counter() - start
     hybrid, two_hop = HybridIndex(dense, bm25), HybridIndex(dense, bm25, feedback=1)
+    per_q = {}
     for name, index in (("bm25", bm25), ("dense", dense), ("hybrid", hybrid), ("hybrid_2hop", two_hop)):
         embedder.clear_cache()
         rows, out[f"{name}_qps"] = timed_search(index, queries)
-        out[f"recall10_{name}"] = recall_at_10(rows, golds)
+        per_q[name] = recalls(rows, golds)
+        out[f"recall10_{name}"] = sum(per_q[name]) / len(golds)
+    singles = [per_q["dense"], per_q["bm25"]]
+    for name in ("hybrid", "hybrid_2hop"):
+        out[f"margin_{name}"] = out[f"recall10_{name}"] - max(out["recall10_dense"], out["recall10_bm25"])
+        out[f"margin_{name}_ci"] = margin_interval(per_q[name], singles)
+    out["margin_2hop_cv"] = selection_cv(second_hop_variants(dense, bm25, queries, golds), singles)
     return out
+
+
+def report(fig: dict, suffix: str = "") -> None:
+    for key in ("recall10_dense", "recall10_bm25", "recall10_hybrid", "recall10_hybrid_2hop"):
+        print(f"RESULT {key}{suffix}={fig[key]:.3f}")
+    for name in ("hybrid", "hybrid_2hop"):
+        low, high = fig[f"margin_{name}_ci"]
+        print(f"INFO {name}{suffix}: {fig[f'margin_{name}']:+.3f} over the best single method "
+              f"(paired bootstrap 95% interval {low:+.3f} .. {high:+.3f})")
+    print(f"INFO margin_2hop_cv{suffix}: the margin of choosing among the 4 second-hop variants on half the "
+          "questions, scored on the other half")
+    print(f"RESULT recall10_margin_2hop_cv{suffix}={fig['margin_2hop_cv']:+.3f}")
 
 
 def faiss_100k(n: int = 100_000, dim: int = 384, queries: int = 1000, batch: int = 256) -> dict[str, float]:
@@ -107,8 +176,7 @@ def main() -> None:
     hp = evaluate(passages, queries, [{t for t, _ in q["supporting_facts"]} for q in questions], embedder)
     print(f"HotpotQA passages: {len(questions)} questions, {len(passages)} passages; build: dense "
           f"{hp['dense_build_s']:.1f} s (embedding), bm25 {hp['bm25_build_s']:.2f} s")
-    for key in ("recall10_dense", "recall10_bm25", "recall10_hybrid", "recall10_hybrid_2hop"):
-        print(f"RESULT {key}={hp[key]:.3f}")
+    report(hp)
     for key in ("dense_qps", "bm25_qps", "hybrid_qps", "hybrid_2hop_qps"):
         print(f"RESULT {key}={hp[key]:.1f}")
 
@@ -118,8 +186,7 @@ def main() -> None:
     st = evaluate(sentences, queries, golds, embedder)
     print(f"HotpotQA sentences: {len(questions)} questions, {len(sentences)} sentences, "
           f"{sum(map(len, golds))} gold ({missing} absent from the corpus); build: dense {st['dense_build_s']:.1f} s")
-    for key in ("recall10_dense", "recall10_bm25", "recall10_hybrid", "recall10_hybrid_2hop"):
-        print(f"RESULT {key}_sentences={st[key]:.3f}")
+    report(st, "_sentences")
 
     fx = faiss_100k(queries=args.queries)
     print(f"FAISS 100k x 384: build flat {fx['flat_build_s']:.1f} s, hnsw {fx['hnsw_build_s']:.1f} s (M 32, "
