@@ -10,7 +10,10 @@ Corpora (shared data holds one retrieval set with passages; FRAMES and NQ-open h
 Fusion is RRF with k = 60 and equal weights, fixed a priori: nothing is tuned on these questions.
 `hybrid_2hop` is the hybrid index with `feedback=1` (a second round: query + the first round's top passage; see
 tools/hybrid.py). It is not the default, and it is the variant kept of four tried on these same questions (top-1 or
-top-2 passages, with or without extra weight on the first round), so its figures are in-sample.
+top-2 passages, with or without extra weight on the first round), so its figures are in-sample. Two figures say how
+far 100 questions carry: INFO lines give each fused method's margin over the best single method with a paired
+bootstrap 95% interval, and RESULT recall10_margin_2hop_cv(_sentences) is the out-of-sample margin of that choice
+(50 random halvings: the variant best on one half, scored on the other).
 
 The 100k figure: 1000 queries (each a corpus vector plus N(0, 0.01) noise per dimension) in batches of 256;
 encoding is excluded. `faiss_ann_recall_ratio_100k` = HNSW recall@10 / flat recall@10 of each query's planted
