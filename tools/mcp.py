@@ -22,7 +22,8 @@ import sys
 import time
 from typing import Any
 
-from orchestra.config import ConfigError, MCPServerConfig, check_mcp_servers
+from orchestra.config import ConfigError, MCPServerConfig
+from orchestra.config_checks import check_mcp_servers
 from orchestra.types import Task, ToolContext, ToolResult
 from tools.base import function_schema
 from tools.mcp_client import MCPCallError, MCPConnection
