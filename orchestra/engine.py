@@ -66,7 +66,7 @@ class HFEngine:
     """
 
     def __init__(self, model: Any, eos_token_ids: list[int], pad_token_id: int | None, max_batch_size: int = 64,
-                 batch_wait_ms: float = 2.0, device: str = "cpu", prefix_cache_mb: float = 1024.0,
+                 batch_wait_ms: float = 2.0, device: str | None = None, prefix_cache_mb: float = 1024.0,
                  join_every: int = 8, prefill_chunk_tokens: int = 4096):
         import threading
 
@@ -79,9 +79,11 @@ class HFEngine:
         if prefill_chunk_tokens < 0:
             raise ValueError(f"prefill_chunk_tokens must be >= 0 (0: one forward per prefill), got {prefill_chunk_tokens}")
         self.join_every, self.prefill_chunk_tokens = join_every, prefill_chunk_tokens
-        self.model = model.to(device).eval()
+        # None: where the model already is. A fixed "cpu" default moved every GPU-loaded policy back to the CPU
+        # (the rollout workers and evaluation pass none).
+        self.device = device or str(next(model.parameters()).device)
+        self.model = model.to(self.device).eval()
         use_native_gqa(self.model)
-        self.device = device
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id if pad_token_id is not None else (min(self.eos) if self.eos else 0))
         self.max_batch_size, self.batch_wait_ms = max_batch_size, batch_wait_ms

@@ -213,6 +213,19 @@ async def test_load_weights_swaps_and_versions(tiny, prompts):
     assert engine.version == 3
 
 
+def test_engine_runs_where_the_model_is(tiny):
+    """No device given: the engine keeps the model's own (a GPU-loaded policy used to be moved back to CPU).
+    A meta-device copy stands in for a GPU here: construction must not move it."""
+    import copy
+
+    model, tok = tiny
+    elsewhere = HFEngine.from_model(copy.deepcopy(model).to("meta"), tok)
+    assert elsewhere.device == "meta" and next(elsewhere.model.parameters()).device.type == "meta"
+    assert make(tiny).device == "cpu"
+    moved = HFEngine.from_model(copy.deepcopy(model), tok, device="meta")  # an explicit device still moves it
+    assert next(moved.model.parameters()).device.type == "meta"
+
+
 async def test_bad_requests_raise_clear_errors(tiny):
     engine = make(tiny)
     with pytest.raises(ValueError, match="empty"):
