@@ -263,9 +263,10 @@ class HFEngine:
         ids, mask = ids.to(self.device), torch.cat([mask, own.to(self.device)], dim=1)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, done:]  # count each row's tokens, padding excluded
         # Chunked prefill: about `prefill_chunk_tokens` tokens per forward, the cache growing chunk by chunk.
-        # On CPU one forward over 64 x 400 tokens took 1.45 s and 4096-token chunks 0.9 s: an explicit mask
-        # makes attention compute the whole square (chunks skip most of the masked half) and the smaller
-        # activations stay in cache (RESULT prefill_chunked_speedup, bench/engine_efficiency.py).
+        # On CPU one forward over 64 x 400 tokens took 1.45 s and 4096-token chunks 0.9 s (RESULT
+        # prefill_chunked_speedup, bench/engine_efficiency.py). Our reading, not profiled further: with an explicit
+        # mask attention computes the whole L x L square, most of whose masked half chunks skip, and chunk-sized
+        # activations stay in cache. It also bounds prefill memory whatever the batch.
         step = width if not self.prefill_chunk_tokens else max(16, self.prefill_chunk_tokens // len(batch))
         for start in range(0, width, step):
             end = min(width, start + step)
