@@ -388,10 +388,7 @@ def build_service(settings: ServeSettings) -> OrchestraService:
         model, tok = load_policy(name, tiny=m.tiny, dtype=m.dtype, device=m.device,
                                  attn_implementation=m.attn_implementation, cache_dir=m.cache_dir,
                                  chat_template=m.chat_template, seed=cfg.seed)
-        engine = HFEngine.from_model(model, tok, max_batch_size=cfg.engine.max_batch_size,
-                                     batch_wait_ms=cfg.engine.batch_wait_ms, device=str(model.device),
-                                     prefix_cache_mb=cfg.engine.prefix_cache_mb, join_every=cfg.engine.join_every,
-                                     prefill_chunk_tokens=cfg.engine.prefill_chunk_tokens)
+        engine = HFEngine.from_model(model, tok, device=str(model.device), **cfg.engine.hf_kwargs())
     eos = eos_token_ids(tok)
     a = cfg.agent
     prompter = Prompter(tok, system_prompt=a.system_prompt, doc_chars=a.doc_chars, code_chars=a.code_chars,

@@ -111,10 +111,7 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
     m = cfg.model
 
     def engine(model):
-        return HFEngine.from_model(model.to(resolve_device(m.device)).eval(), tok,
-                                   max_batch_size=cfg.engine.max_batch_size, batch_wait_ms=cfg.engine.batch_wait_ms,
-                                   prefix_cache_mb=cfg.engine.prefix_cache_mb, join_every=cfg.engine.join_every,
-                                   prefill_chunk_tokens=cfg.engine.prefill_chunk_tokens)
+        return HFEngine.from_model(model.to(resolve_device(m.device)).eval(), tok, **cfg.engine.hf_kwargs())
     if own.get("checkpoint"):
         engines["orchestrator"] = engine(AutoModelForCausalLM.from_pretrained(resolve_checkpoint(own["checkpoint"])))
     if own.get("base", "false").lower() == "true":

@@ -195,9 +195,8 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
                                                 max_concurrency=1000)
         workers.append(cls.remote(
             worker_id=i, model_name=cfg.model.name, model_kwargs=model_kwargs(cfg), engine_kind=e.kind,
-            engine_kwargs={"max_batch_size": e.max_batch_size, "batch_wait_ms": e.batch_wait_ms,
-                           **({"prefix_cache_mb": e.prefix_cache_mb, "join_every": e.join_every,
-                              "prefill_chunk_tokens": e.prefill_chunk_tokens} if e.kind == "hf" else {})},
+            engine_kwargs=e.hf_kwargs() if e.kind == "hf" else {"max_batch_size": e.max_batch_size,
+                                                                 "batch_wait_ms": e.batch_wait_ms},
             agent_kwargs=agent_kwargs(cfg), prompter_kwargs=prompter_kwargs(cfg), tool_handles=tool_handles,
             torch_threads=cfg.cluster.torch_threads,
             tool_timeout_s=cfg.zoo.server.timeout_s, tool_max_in_flight=cfg.zoo.server.client_max_in_flight,

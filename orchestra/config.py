@@ -80,6 +80,12 @@ class EngineConfig:
     max_model_len: int = 4096
     gpu_memory_utilization: float = 0.5
 
+    def hf_kwargs(self) -> dict[str, Any]:
+        """HFEngine's keyword arguments: one mapping for rollout workers, evaluation and the Serve app."""
+        return {"max_batch_size": self.max_batch_size, "batch_wait_ms": self.batch_wait_ms,
+                "prefix_cache_mb": self.prefix_cache_mb, "join_every": self.join_every,
+                "prefill_chunk_tokens": self.prefill_chunk_tokens}
+
 
 @dataclass
 class SamplingConfig:
