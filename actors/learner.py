@@ -1,4 +1,4 @@
-"""The local GRPO learner: a policy, its frozen reference, AdamW, and verl's loss (via orchestra.grpo).
+"""The local GRPO learner: a policy, its frozen reference, AdamW, and verl's loss (via orchestra.policy.grpo).
 
 A plain class: cluster/ makes it a Ray actor (`ray.remote(Learner).options(num_cpus=..., num_gpus=...)`) and
 moves samples and weights; nothing here imports ray. The same code runs on CPU or one GPU (`device`); bf16
@@ -17,7 +17,7 @@ One `update` = one optimiser step per PPO epoch over the whole batch (verl's ppo
   4. forward + backward per micro-batch, grad-norm clipping, AdamW step; a non-finite grad norm skips the step
      (as verl does). `version` counts weight changes (RL and SFT steps) for weight sync to rollout engines.
 The model is kept in eval mode: dropout would make the old/new ratio differ from 1 at the first step.
-A peft (LoRA) model trains its adapters only (orchestra/lora.py): the reference is the same model with the
+A peft (LoRA) model trains its adapters only (orchestra/policy/lora.py): the reference is the same model with the
 adapter disabled (no copy), `reset_reference` folds the adapter into the base, `get_weights(adapter_only=True)`
 sends only A/B matrices, and checkpoints hold the merged model (for evaluation and serving), the base and the
 adapter (for resume).
@@ -39,8 +39,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from orchestra import lora
-from orchestra.grpo import TrainSample, check_options, collate, grpo_loss, sft_loss, to_device, token_logprobs
+from orchestra.policy import lora
+from orchestra.policy.grpo import (
+    TrainSample,
+    check_options,
+    collate,
+    grpo_loss,
+    sft_loss,
+    to_device,
+    token_logprobs,
+)
 
 OPTIMIZER_FILE, RNG_FILE, STATE_FILE, REF_FILE = "optimizer.pt", "rng_torch.pt", "learner.json", "ref_model.safetensors"
 ADAPTER_DIR = "adapter"  # peft policies: the adapter (resume); REF_FILE then holds the base weights
@@ -83,7 +91,7 @@ class Learner:
         self.temperature, self.max_len = temperature, max_len
         self.autocast = autocast if self.device.type == "cuda" else ""
         self.compute_entropy, self.fuse_old_logprobs = compute_entropy, fuse_old_logprobs
-        self.min_shared_prefix = min_shared_prefix  # 0: encode every row whole (see orchestra.grpo._hidden)
+        self.min_shared_prefix = min_shared_prefix  # 0: encode every row whole (see orchestra.policy.grpo._hidden)
         self.weight_decay = weight_decay
         self._new_optimizer()
         self.version = 0
@@ -95,7 +103,7 @@ class Learner:
     @classmethod
     def from_config(cls, cfg: Any, model: Any, ref_model: Any = None, tokenizer: Any = None) -> Learner:
         """Builder over ExperimentConfig: algo.* for the loss, sampling.temperature, model.device, sft.lr."""
-        from orchestra.models import resolve_device
+        from orchestra.policy.models import resolve_device
 
         a = cfg.algo
         pad = getattr(tokenizer, "pad_token_id", None)
@@ -256,7 +264,7 @@ class Learner:
     def get_weights(self, adapter_only: bool = False) -> tuple[int, dict[str, Any]]:
         """(version, a CPU copy of the policy's state dict) for HFEngine.load_weights(sd, version). A peft
         policy gives its base weights plus the adapter payload, or with `adapter_only` the payload alone
-        (orchestra/lora.py: the receiver merges it into the base of its last full load)."""
+        (orchestra/policy/lora.py: the receiver merges it into the base of its last full load)."""
         if self.peft:
             payload = lora.adapter_payload(self.model)
             return self.version, payload if adapter_only else {**lora.base_state_dict(self.model), **payload}

@@ -21,9 +21,9 @@ import logging
 from typing import Any
 
 from actors import metrics
-from orchestra.agent_loop import AgentLoop
+from orchestra.agent.loop import AgentLoop
+from orchestra.agent.prompt import Prompter
 from orchestra.engine import Sampling
-from orchestra.prompt import Prompter
 from orchestra.types import Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class RolloutWorker:
                  tool_handles: dict[str, Any] | None = None, zoo: dict[str, Any] | None = None,
                  corpus_path: str = "", tool_timeout_s: float = 60.0, tool_max_in_flight: int = 0,
                  reward_actor: Any = None, torch_threads: int = 0, tau2: dict[str, Any] | None = None):
-        from orchestra.models import eos_token_ids, load_policy, set_torch_threads
+        from orchestra.policy.models import eos_token_ids, load_policy, set_torch_threads
 
         set_torch_threads(torch_threads)
         self.worker_id = worker_id
@@ -79,8 +79,8 @@ class RolloutWorker:
 
     def load_weights(self, version: int, state_dict: dict[str, Any]) -> int:
         """Swap in the learner's weights (the engine waits for its running batch): a full state dict, or a
-        LoRA adapter payload (orchestra/lora.py) merged here into the weights of the last full load."""
-        from orchestra.lora import LORA_KEY, AdapterMerger
+        LoRA adapter payload (orchestra/policy/lora.py) merged here into the weights of the last full load."""
+        from orchestra.policy.lora import LORA_KEY, AdapterMerger
 
         if self._merger is None:
             self._merger = AdapterMerger()
@@ -150,7 +150,7 @@ class RolloutWorker:
     def _tau2_driver(self, task: Task) -> Any:
         """The τ² episode driver of the task's domain (built on first use; shared by concurrent episodes,
         which are kept apart by episode id)."""
-        from orchestra.models import eos_token_ids
+        from orchestra.policy.models import eos_token_ids
 
         domain = str(task.meta.get("tau2_domain") or task.data_source.split("/", 1)[1])
         driver = self._tau2_drivers.get(domain)
@@ -176,7 +176,7 @@ def _local_tools(zoo: dict[str, Any], corpus_path: str) -> Any:
     cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ZooConfig), zoo))
     kwargs: dict[str, Any] = {}
     if corpus_path:
-        from orchestra.tasks import load_corpus
+        from orchestra.data.tasks import load_corpus
 
         kwargs["corpus"] = load_corpus(corpus_path)
     return LocalToolClient(build_tools(cfg, **kwargs))

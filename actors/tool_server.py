@@ -9,7 +9,7 @@ Paid calls go through the `SpendLedger`: reserve the call's cost bound first, se
 a refused reservation is a "budget exhausted" error result, so the run cap holds exactly under concurrency
 (as long as tools keep their cost within their bound; a timed-out call is settled at its bound, since
 what it cost is unknown).
-`RayToolClient` implements orchestra.agent_loop.ToolClient over actor handles; a call whose actor dies or
+`RayToolClient` implements orchestra.agent.loop.ToolClient over actor handles; a call whose actor dies or
 times out is returned as an error result, and the restarted actor (max_restarts) serves later calls.
 Resources come from the caller (cluster/); `make_tool_server` / `make_spend_ledger` only apply them.
 """
@@ -303,7 +303,7 @@ _ACTOR_ERRORS: tuple[type[BaseException], ...] = tuple(
 
 
 class RayToolClient:
-    """orchestra.agent_loop.ToolClient over tool-server actor handles; never raises from `call`.
+    """orchestra.agent.loop.ToolClient over tool-server actor handles; never raises from `call`.
 
     `max_in_flight` > 0 caps the tool calls this client has outstanding at once, over ALL tools (the
     servers' own max_concurrency caps each tool separately); waiting for a slot is added to `queue_s`."""

@@ -34,15 +34,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # fakes.py
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from fakes import make_task  # noqa: E402
-
+from orchestra.agent.prompt import Prompter  # noqa: E402
 from orchestra.engine import HFEngine, Sampling  # noqa: E402
-from orchestra.models import load_policy  # noqa: E402
-from orchestra.prompt import Prompter  # noqa: E402
+from orchestra.policy.models import load_policy  # noqa: E402
+from tests.helpers.fakes import make_task  # noqa: E402
 
 
 def schedule(args: argparse.Namespace) -> list[list[tuple[int, float]]]:

@@ -2,8 +2,8 @@
 (reprompt context mode), engine_efficiency_transcript, and engine_efficiency_same_work(_transcript).
 
 Both sides run the tiny policy on one HFEngine. The AGENT side runs `--episodes` episodes of
-orchestra.agent_loop.AgentLoop at once (`--turns` turns, in-process fake tools with zero latency
-from tests/fakes.py) and counts every generated token over the wall time of the whole run: that includes prompt
+orchestra.agent.loop.AgentLoop at once (`--turns` turns, in-process fake tools with zero latency
+from tests/helpers/fakes.py) and counts every generated token over the wall time of the whole run: that includes prompt
 rendering, parsing, tool calls, the batching waits and turns whose batch is smaller than the first. The BARE side
 sends the same first-turn prompts straight to engine.generate, concurrently (one coalesced batch), and counts its
 generated tokens over its wall time. Sides alternate `--repeats` times; each repeat gives a ratio (its two
@@ -42,16 +42,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # fakes.py
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from fakes import FakeTool, make_task  # noqa: E402
-
-from orchestra.agent_loop import AgentLoop  # noqa: E402
+from orchestra.agent.loop import AgentLoop  # noqa: E402
+from orchestra.agent.prompt import Prompter  # noqa: E402
 from orchestra.engine import HFEngine, Sampling  # noqa: E402
-from orchestra.models import eos_token_ids, load_policy  # noqa: E402
-from orchestra.prompt import Prompter  # noqa: E402
+from orchestra.policy.models import eos_token_ids, load_policy  # noqa: E402
+from tests.helpers.fakes import FakeTool, make_task  # noqa: E402
 from tools.base import LocalToolClient  # noqa: E402
 
 

@@ -22,7 +22,7 @@ mkdir -p "$RUN"
 "$PY" - "$MODEL" <<'PYEOF'
 import sys
 from orchestra.config import TinyModelConfig
-from orchestra.models import load_policy
+from orchestra.policy.models import load_policy
 model, tok = load_policy("tiny", tiny=TinyModelConfig(), dtype="bfloat16", device="cpu", seed=0)
 model.save_pretrained(sys.argv[1])
 tok.save_pretrained(sys.argv[1])

@@ -33,16 +33,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from actors.learner import Learner  # noqa: E402
-from orchestra.grpo import TrainSample, collate, to_device, token_logprobs  # noqa: E402
+from orchestra.policy.grpo import TrainSample, collate, to_device, token_logprobs  # noqa: E402
 
 
 def policy(device: str):
-    """The project's tiny policy when orchestra.models can build it, else an equivalent Qwen3 built here."""
+    """The project's tiny policy when orchestra.policy.models can build it, else an equivalent Qwen3 built here."""
     try:
-        from orchestra.models import load_policy
+        from orchestra.policy.models import load_policy
 
         model, tok = load_policy("tiny", device=device, seed=0)
-        return model, tok.pad_token_id, "orchestra.models tiny"
+        return model, tok.pad_token_id, "orchestra.policy.models tiny"
     except Exception as e:  # e.g. the tokenizer cannot be trained here
         from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -69,7 +69,7 @@ def make_samples(n: int, prompt: int, response: int, vocab: int, seed: int = 0) 
 
 class Bare:
     """The baseline: fwd + bwd + AdamW, nothing else. lean=True computes logits only at response positions
-    (orchestra.grpo.token_logprobs, as the learner does), to separate the learner's bookkeeping from that gain."""
+    (orchestra.policy.grpo.token_logprobs, as the learner does), to separate the learner's bookkeeping from that gain."""
 
     def __init__(self, model, lr: float, lean: bool = False):
         self.model, self.lean = model, lean

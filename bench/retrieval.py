@@ -9,7 +9,7 @@ Corpora (shared data holds one retrieval set with passages; FRAMES and NQ-open h
   supporting-fact sentences — finer units, 4x the candidates, a different retrieval task on the same questions.
 Fusion is RRF with k = 60 and equal weights, fixed a priori: nothing is tuned on these questions.
 `hybrid_2hop` is the hybrid index with `feedback=1` (a second round: query + the first round's top passage; see
-tools/hybrid.py). It is not the default, and it is the variant kept of four tried on these same questions (top-1 or
+tools/retrieval/hybrid.py). It is not the default, and it is the variant kept of four tried on these same questions (top-1 or
 top-2 passages, with or without extra weight on the first round), so its figures are in-sample. Two figures say how
 far 100 questions carry: INFO lines give each fused method's margin over the best single method with a paired
 bootstrap 95% interval, and RESULT recall10_margin_2hop_cv(_sentences) is the out-of-sample margin of that choice
@@ -34,10 +34,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tools.hybrid import HybridIndex, rrf_fuse  # noqa: E402
-from tools.indexes import new_index  # noqa: E402
-from tools.indexes import search as faiss_search  # noqa: E402
-from tools.retriever import BM25Index, DenseIndex, Embedder, load_corpus  # noqa: E402
+from tools.retrieval.hybrid import HybridIndex, rrf_fuse  # noqa: E402
+from tools.retrieval.indexes import new_index  # noqa: E402
+from tools.retrieval.indexes import search as faiss_search  # noqa: E402
+from tools.retrieval.retriever import BM25Index, DenseIndex, Embedder, load_corpus  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

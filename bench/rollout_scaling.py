@@ -28,9 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # engine_efficiency (it puts the repo on sys.path)
 
 from engine_efficiency import agent_side, build  # noqa: E402
-from fakes import make_task  # noqa: E402
 
 from orchestra.engine import Sampling  # noqa: E402
+from tests.helpers.fakes import make_task  # noqa: E402
 
 
 async def main(args: argparse.Namespace) -> None:

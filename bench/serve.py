@@ -1,6 +1,6 @@
 """Benchmark: what the Serve ingress adds over the in-process agent loop, and a bounded load run.
 
-Same episode both ways: a scripted policy (tests/fakes.py ScriptedEngine, test double: one `answer` tool call,
+Same episode both ways: a scripted policy (tests/helpers/fakes.py ScriptedEngine, test double: one `answer` tool call,
 then done) with zero-latency fake tools, so the figures are the HTTP proxy + replica + FastAPI + JSON costs,
 not model time. Measured side by side in one run:
   1./2. N pairs, alternating: OrchestraService.complete() called in-process, then the same request through
@@ -20,8 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = str(ROOT / "tests")
-sys.path[:0] = [str(ROOT), TESTS]
+sys.path.insert(0, str(ROOT))
 
 KEY = "bench-key"
 N_SEQ, CLIENTS, PER_CLIENT = 200, 50, 10
@@ -30,13 +29,12 @@ BODY = {"messages": [{"role": "user", "content": "What is 2 + 2?"}], "preference
 
 def build_service(settings=None):
     """Scripted policy + zero-latency fake tools (runs in the bench process and inside the Serve replica)."""
-    if TESTS not in sys.path:
-        sys.path.insert(0, TESTS)
-    from fakes import ByteTokenizer, FakeTool, ScriptedEngine, call_text
-
-    from actors.serve_app import OrchestraService
-    from orchestra.agent_loop import AgentLoop
-    from orchestra.prompt import Prompter
+    if str(ROOT) not in sys.path:  # inside the Serve replica: tests.helpers lives in the checkout
+        sys.path.insert(0, str(ROOT))
+    from actors.serve.app import OrchestraService
+    from orchestra.agent.loop import AgentLoop
+    from orchestra.agent.prompt import Prompter
+    from tests.helpers.fakes import ByteTokenizer, FakeTool, ScriptedEngine, call_text
     from tools.base import LocalToolClient
 
     tok = ByteTokenizer()
@@ -56,7 +54,7 @@ async def paired(url: str, n: int, warmup: int = 20) -> tuple[list[float], list[
     """Alternate one in-process episode and one HTTP request, so load drift hits both sides alike."""
     import httpx
 
-    from actors.serve_api import ChatRequest
+    from actors.serve.api import ChatRequest
 
     svc = build_service()
     local, remote = [], []
@@ -101,7 +99,7 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from actors.serve_app import deployment
+    from actors.serve.app import deployment
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

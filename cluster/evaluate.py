@@ -46,8 +46,8 @@ def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def resolve_checkpoint(path: str) -> Path:
-    """A run dir / checkpoint dir / HF model dir -> the model directory (orchestra.checkpoint.model_dir)."""
-    from orchestra import checkpoint
+    """A run dir / checkpoint dir / HF model dir -> the model directory (orchestra.rundir.checkpoint.model_dir)."""
+    from orchestra.rundir import checkpoint
 
     try:
         return checkpoint.model_dir(path)
@@ -59,7 +59,7 @@ def heldout_tasks(cfg: Any, dataset: str, n: int) -> tuple[list, list]:
     """The first n held-out tasks. Held-out sets are prefix-stable (template generation is sequential; loaded
     sets are shuffled by seed and cut from the front), so with the training run's data.seed and n <=
     its data.n_heldout these are tasks the policy never trained on; a larger n is refused."""
-    from orchestra.tasks import build_task_set
+    from orchestra.data.tasks import build_task_set
 
     if (not dataset or dataset == cfg.data.source) and n > cfg.data.n_heldout:
         raise SystemExit(f"n={n} exceeds data.n_heldout={cfg.data.n_heldout}: the extra tasks could be "
@@ -90,7 +90,7 @@ def ray_clients(cfg: Any, corpus: list, seeds: list[int], tasks: list) -> dict[i
 def policy_tokenizer(cfg: Any, own: dict[str, str]) -> Any:
     """The checkpoint's own tokenizer when one is evaluated: the tiny tokenizer is trained on the project's text
     and cached by its hash, so the config's tokenizer can differ from the one the policy was trained with."""
-    from orchestra.models import load_tokenizer
+    from orchestra.policy.models import load_tokenizer
 
     m = cfg.model
     if own.get("checkpoint"):
@@ -106,7 +106,7 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from orchestra.engine import HFEngine
-    from orchestra.models import load_policy, resolve_device
+    from orchestra.policy.models import load_policy, resolve_device
 
     m = cfg.model
 
@@ -122,10 +122,10 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
 
 def build(cfg: Any, own: dict[str, str]):
     """Everything the Evaluator needs: (evaluator, tasks, policies, preferences, seeds)."""
-    from orchestra.evaluate import BASELINES, Evaluator, tier_costs
-    from orchestra.models import eos_token_ids
+    from orchestra.agent.prompt import Prompter
+    from orchestra.eval.runner import BASELINES, Evaluator, tier_costs
+    from orchestra.policy.models import eos_token_ids
     from orchestra.preferences import PRESETS, parse_preference
-    from orchestra.prompt import Prompter
     from tools.base import LocalToolClient
     from tools.registry import Build, build_experts, build_tools
 
@@ -201,12 +201,12 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     from rich.console import Console
 
     from actors.rollout_worker import tau2_driver_kwargs, tau2_experts, tau2_user
+    from orchestra.agent.prompt import Prompter
     from orchestra.engine import Sampling
-    from orchestra.evaluate import tier_costs
-    from orchestra.models import eos_token_ids
+    from orchestra.engine.scripted import call_text, script_engine
+    from orchestra.eval.runner import tier_costs
+    from orchestra.policy.models import eos_token_ids
     from orchestra.preferences import parse_preference
-    from orchestra.prompt import Prompter
-    from orchestra.scripted import call_text, script_engine
     from orchestra.tau2.domain import load_tasks
     from orchestra.tau2.evaluation import driver_factory, run_tau2_eval, summarize_tau2
 
@@ -263,7 +263,7 @@ def newest_run(run_dir: str) -> tuple[Path, str | None] | None:
     (what `make eval` / `make serve` use when no checkpoint is named)."""
     import yaml
 
-    from orchestra.checkpoint import latest_run
+    from orchestra.rundir.checkpoint import latest_run
 
     run = latest_run(Path(run_dir).parent)
     if run is None:
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.progress import Progress
 
     from orchestra.config import load_config
-    from orchestra.evaluate import write_report
+    from orchestra.eval.runner import write_report
 
     own, overrides = split_args(list(sys.argv[1:] if argv is None else argv))
     cfg = load_config(overrides)

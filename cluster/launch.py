@@ -130,20 +130,20 @@ class LearnerProcess:
 
     def __init__(self, cfg: ExperimentConfig):
         from actors.learner import Learner
-        from orchestra.models import load_policy_from_config, set_torch_threads
+        from orchestra.policy.models import load_policy_from_config, set_torch_threads
 
         set_torch_threads(cfg.cluster.torch_threads)
         model, tokenizer = load_policy_from_config(cfg.model, seed=cfg.seed)
         lo = cfg.model.lora
         if lo.r > 0:  # LoRA: the learner trains adapters on a frozen base; workers keep plain weights
-            from orchestra.lora import attach
+            from orchestra.policy.lora import attach
 
             model = attach(model, lo.r, lo.alpha, lo.dropout, lo.target_modules, lo.layers)
         self.learner = Learner.from_config(cfg, model, tokenizer=tokenizer)
 
     @staticmethod
     def _samples(samples: list[dict[str, Any]]) -> list[Any]:
-        from orchestra.grpo import TrainSample
+        from orchestra.policy.grpo import TrainSample
 
         return [s if isinstance(s, TrainSample) else TrainSample(**s) for s in samples]
 
@@ -151,7 +151,7 @@ class LearnerProcess:
         return self.learner.update(self._samples(samples))
 
     def sft_update(self, samples: list[Any], lr: float | None = None) -> dict[str, float]:
-        from orchestra.grpo import TrainSample
+        from orchestra.policy.grpo import TrainSample
 
         return self.learner.sft_update([TrainSample.from_sample(s, 0.0) for s in samples], lr=lr)
 

@@ -1,6 +1,6 @@
 """Deterministic replay of recorded episodes: `python -m cluster.replay <run_dir> (--all | --episode ID ...)`.
 
-A training run records every episode (orchestra/episodes.py: seed, policy version, generated ids, every tool
+A training run records every episode (orchestra/rundir/records.py: seed, policy version, generated ids, every tool
 call and its result, reward). Replay re-runs an episode offline — no Ray, no tool servers, no network — with
 the same agent loop, prompter and reward code as today's checkout: the policy's weights of the recorded
 version on an HF engine at batch size 1, the episode's own sampling seed, and a tool client that serves the
@@ -62,9 +62,9 @@ class Policy:
 
     def __init__(self, cfg: Any, run_dir: Path):
         from cluster import launch
+        from orchestra.agent.prompt import Prompter
         from orchestra.engine import HFEngine
-        from orchestra.models import eos_token_ids, load_policy, set_torch_threads
-        from orchestra.prompt import Prompter
+        from orchestra.policy.models import eos_token_ids, load_policy, set_torch_threads
 
         set_torch_threads(cfg.cluster.torch_threads)  # as the rollout workers ran (reduction order)
         self.cfg, self.run_dir = cfg, run_dir
@@ -80,8 +80,8 @@ class Policy:
         """(state dict, where from) for `version`; (None, "") when nothing on disk holds it."""
         import torch
 
-        from orchestra import checkpoint
-        from orchestra.episodes import weights_path
+        from orchestra.rundir import checkpoint
+        from orchestra.rundir.records import weights_path
 
         path = weights_path(self.run_dir, version)
         if path.is_file():
@@ -94,7 +94,7 @@ class Policy:
 
                 return load_file(str(learner / "model.safetensors")), str(ck)
         if version == 0:  # the workers' weights before any sync
-            from orchestra.models import load_policy
+            from orchestra.policy.models import load_policy
 
             return dict(load_policy(self.cfg.model.name, **self.model_kwargs)[0].state_dict()), "initial policy"
         return None, ""
@@ -104,7 +104,7 @@ class Policy:
         them); None when no weights exist for it."""
         if self.loaded == version:
             return "loaded"
-        from orchestra.lora import LORA_KEY, AdapterMerger
+        from orchestra.policy.lora import LORA_KEY, AdapterMerger
 
         state, source = self.weights(version)
         if state is None:
@@ -129,7 +129,7 @@ class Outcome:
 
 def token_diffs(rec: dict[str, Any], traj: Any, decode: Any) -> list[str]:
     """The first place where the replayed turns leave the recorded ones (prompt, then generated ids)."""
-    from orchestra.episodes import ids_hash
+    from orchestra.rundir.records import ids_hash
 
     for i in range(max(len(rec["turns"]), len(traj.turns))):
         if i >= len(rec["turns"]) or i >= len(traj.turns):
@@ -148,7 +148,7 @@ def token_diffs(rec: dict[str, Any], traj: Any, decode: Any) -> list[str]:
 
 async def replay(records: list[dict[str, Any]], policy: Policy, schemas: dict[str, Any],
                  say: Any = print) -> list[Outcome]:
-    from orchestra.agent_loop import AgentLoop
+    from orchestra.agent.loop import AgentLoop
     from orchestra.engine import Sampling
 
     out: list[Outcome] = []
@@ -185,7 +185,7 @@ async def replay(records: list[dict[str, Any]], policy: Policy, schemas: dict[st
 async def rescore(outcomes: list[Outcome], cfg: Any) -> None:
     """Score the replayed episodes with today's reward code, grouped as the run grouped them (kind, step, uid),
     and add a diff where the reward differs from the recorded one."""
-    from orchestra.episodes import score_kwargs
+    from orchestra.rundir.records import score_kwargs
     from reward.score import score_group
 
     groups: dict[tuple[str, int, str], list[Outcome]] = {}
@@ -231,7 +231,7 @@ def select(records: list[dict[str, Any]], ids: list[str], cfg: Any) -> list[dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    from orchestra.episodes import read_records, read_schemas
+    from orchestra.rundir.records import read_records, read_schemas
 
     ap = argparse.ArgumentParser(prog="python -m cluster.replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path)

@@ -5,10 +5,10 @@ starts a local Ray cluster (or attaches to $RAY_ADDRESS), runs the app and print
 then serves until Ctrl-C. Overrides:
   host=127.0.0.1 port=8000           HTTP address (http_options)
   replicas=N num_cpus=X num_gpus=Y   the deployment's replicas and per-replica resources
-  checkpoint=... experiment=... ...   any actors.serve_api.ServeSettings field (the application args)
+  checkpoint=... experiment=... ...   any actors.serve.api.ServeSettings field (the application args)
   model.dtype=bfloat16 ...            any other dotted key: an override of the experiment config
 `--check` validates everything and prints the resolved plan without starting Ray.
-The app itself (routes, auth, agent loop) is actors/serve_app.py; this file only knows resources and addresses.
+The app itself (routes, auth, agent loop) is actors/serve/app.py; this file only knows resources and addresses.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors.serve_api import ServeSettings, settings_from_dict
+from actors.serve.api import ServeSettings, settings_from_dict
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "serve.yaml"
 SETTINGS_KEYS = {f.name for f in dataclasses.fields(ServeSettings)}
@@ -95,7 +95,7 @@ def plan(argv: list[str]) -> ServePlan:
 def pick_checkpoint(args: dict[str, Any], explicit: bool) -> None:
     """No checkpoint named anywhere: serve the newest trained run (as the experiment it was trained in); a named
     one must hold a model. Raises ValueError with what to do."""
-    from actors.serve_app import resolve_checkpoint
+    from actors.serve.app import resolve_checkpoint
     from cluster.evaluate import newest_run
     from orchestra.config import load_config
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
-    from actors.serve_app import deployment
+    from actors.serve.app import deployment
 
     if address:
         ray.init(address=address)
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         ray.init(address="local", include_dashboard=False)
     try:
         if p.args.get("tools") == "actors":  # started by the driver so they outlive any one replica
-            from actors.serve_app import tool_server_handles
+            from actors.serve.app import tool_server_handles
             from orchestra.config import load_config
 
             cfg = load_config([f"experiment={p.args.get('experiment', 'cpu_tiny')}", *p.args["overrides"]])

@@ -23,10 +23,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from orchestra.agent_loop import AgentLoop, ToolClient, episode_samples
+from orchestra.agent.loop import AgentLoop, ToolClient, episode_samples
+from orchestra.agent.prompt import Prompter
 from orchestra.engine import Sampling
-from orchestra.prompt import Prompter
-from orchestra.scripted import random_episode, script_engine
+from orchestra.engine.scripted import random_episode, script_engine
 from orchestra.types import Task, Trajectory
 
 Scorer = Callable[[Trajectory, Task], Awaitable[float]]
@@ -65,7 +65,7 @@ async def _demos(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_
 def demo_samples(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_kwargs: dict[str, Any],
                  agent_kwargs: dict[str, Any], eos_ids: list[int], n: int, seed: int,
                  max_tokens: int = 96, candidates: int = 1, scorer: Scorer | None = None) -> list[Any]:
-    """`n` random-choice demonstration episodes -> training samples (orchestra.agent_loop.Sample); with
+    """`n` random-choice demonstration episodes -> training samples (orchestra.agent.loop.Sample); with
     `candidates` > 1, each the best of that many under `scorer` (needed then)."""
     if not tasks:
         raise ValueError("SFT needs at least one task")

@@ -1,7 +1,7 @@
 """`python -m cluster.synth mode=template|teacher n=... out=DIR [key=value ...]` — synthesize a task set.
 
-template (offline, seeded): n QA tasks of the template families (orchestra/synth/template.py) plus the
-  func_call tasks of the built-in DB domains (orchestra/synth/stages.py). Keys: seed, split (train|heldout),
+template (offline, seeded): n QA tasks of the template families (orchestra/data/synth/template.py) plus the
+  func_call tasks of the built-in DB domains (orchestra/data/synth/stages.py). Keys: seed, split (train|heldout),
   families (comma list), domains (comma list, `none` for no func_call tasks), records, domain_tasks.
 teacher (any OpenAI-compatible endpoint): keys base_url, model, api_key_env (the NAME of the env var with
   the key), topics (comma list; one domain per topic), records, domain_tasks, retries.
@@ -33,9 +33,9 @@ def _list(value: str) -> list[str]:
 
 def run(args: dict[str, str], progress: Any = None) -> dict[str, Any]:
     """Synthesize and write; returns counts. `progress(advance)` is called as domains/tasks finish."""
-    from orchestra.synth.stages import BUILTIN, template_domain, to_tasks
-    from orchestra.synth.template import default_tiers, generate_tasks
-    from orchestra.tasks import save_corpus, save_tasks, save_verl_parquet
+    from orchestra.data.synth.stages import BUILTIN, template_domain, to_tasks
+    from orchestra.data.synth.template import default_tiers, generate_tasks
+    from orchestra.data.tasks import save_corpus, save_tasks, save_verl_parquet
 
     mode = args.get("mode", "template")
     out = Path(args.get("out") or "data/synth")
@@ -59,7 +59,7 @@ def run(args: dict[str, str], progress: Any = None) -> dict[str, Any]:
             if progress:
                 progress(len(got))
     elif mode == "teacher":
-        from orchestra.synth.teacher import Teacher
+        from orchestra.data.synth.teacher import Teacher
 
         if not args.get("base_url") or not args.get("model"):
             raise SystemExit("teacher mode needs base_url=... and model=...")

@@ -1,7 +1,7 @@
 """Training driver: `python -m cluster.train [experiment=NAME] [key=value ...] [--print-config]`.
 
 Runs as a plain process or under `ray job submit --working-dir . -- python -m cluster.train ...`. It composes
-the config (orchestra/config.py), attaches to a Ray cluster or starts a local one (cluster/launch.py), builds
+the config (orchestra/config/), attaches to a Ray cluster or starts a local one (cluster/launch.py), builds
 the task set, and then runs, as flat named and timed phases:
   SFT warm start (first run only) -> held-out eval ->
   per step: sample tasks -> rollouts (rewards stream per group) -> advantages -> episode records

@@ -24,13 +24,13 @@ from rich.console import Console
 from actors import metrics as dashboard
 from cluster import launch
 from cluster.train import Bars, Phases, describe, run_dir
-from orchestra import checkpoint
-from orchestra.agent_loop import episode_samples
+from orchestra.agent.loop import episode_samples
 from orchestra.config import ExperimentConfig, task_tiers, to_yaml
-from orchestra.episodes import EpisodeLog, episode_record, episode_seed, save_weights, score_kwargs
+from orchestra.data.tasks import build_task_set, load_corpus, load_tasks, save_corpus, save_tasks
 from orchestra.preferences import paired_preferences, preset
-from orchestra.tasks import build_task_set, load_corpus, load_tasks, save_corpus, save_tasks
-from orchestra.tracking import Tracker
+from orchestra.rundir import checkpoint
+from orchestra.rundir.records import EpisodeLog, episode_record, episode_seed, save_weights, score_kwargs
+from orchestra.rundir.tracking import Tracker
 from orchestra.types import Task, Trajectory
 
 
@@ -203,7 +203,7 @@ class Trainer:
     def sft(self) -> dict[str, float]:
         from actors.tool_server import RayToolClient
         from cluster.sft import demo_samples, sft_batches, sft_lr
-        from orchestra.models import eos_token_ids, load_tokenizer
+        from orchestra.policy.models import eos_token_ids, load_tokenizer
         from reward.score import score_episode
 
         c = self.cfg
@@ -433,7 +433,7 @@ class Trainer:
         (self.dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
         if self.cfg.log.plots and self.tracker is not None:
             try:
-                from orchestra.plots import plot_training
+                from orchestra.eval.plots import plot_training
 
                 plot_training(self.tracker.path, self.dir / "plots")
             except Exception as e:  # plots are a convenience; never lose a finished run over them

@@ -2,7 +2,7 @@
 
 From our ExperimentConfig it produces verl 0.9.1's Hydra overrides (`verl_overrides`) for its own
 `ppo_trainer.yaml`, stages what verl's workers read (train/val parquet from our task set, and the agent-loop yaml
-naming actors.verl_agent_loop.OrchestraAgentLoop, under `<run_dir>/verl/`), then
+naming actors.verl_plugins.agent_loop.OrchestraAgentLoop, under `<run_dir>/verl/`), then
 - (default) submits the job with `ray job submit` to $RAY_ADDRESS (RAY_AUTH_MODE=token: Ray 2.60 keeps token
   auth on and its CLI needs it), working dir = this project (never /tmp: Ray's /tmp/ray would shadow it), the
   entrypoint being this module with `--here` run by the cluster venv's python (`verl.python`);
@@ -13,7 +13,7 @@ naming actors.verl_agent_loop.OrchestraAgentLoop, under `<run_dir>/verl/`), then
 Pitfalls handled in the overrides: TransferQueue storage units (`transfer_queue.backend.SimpleStorage.
 num_data_storage_units`, verl's default 8 reserve CPUs that small nodes lack), max_tool_response_length in
 characters, tokenization sanity mode `ignore_strippable` (Qwen3's template strips think blocks), and no second
-advantage normalisation under the toolorchestra rubric (see actors/verl_agent_loop.py). Tool-call timeouts are
+advantage normalisation under the toolorchestra rubric (see actors/verl_plugins/agent_loop.py). Tool-call timeouts are
 `verl.tool_timeout_s`, enforced by the agent loop. Secrets reach the job as env vars named in
 cluster/runtime_env.yaml `secret_env_vars`, read from the submitting environment and never printed.
 """
@@ -36,8 +36,8 @@ from orchestra.config import ConfigError, ExperimentConfig, load_config, task_ti
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME_ENV = ROOT / "cluster" / "runtime_env.yaml"
-AGENT_LOOP_TARGET = "actors.verl_agent_loop.OrchestraAgentLoop"
-REWARD_FN_PATH = "actors/verl_reward.py"
+AGENT_LOOP_TARGET = "actors.verl_plugins.agent_loop.OrchestraAgentLoop"
+REWARD_FN_PATH = "actors/verl_plugins/reward.py"
 FLAGS = ("--dry-run", "--here")
 
 
@@ -179,7 +179,7 @@ def load_runtime_env(path: Path = RUNTIME_ENV, environ: dict[str, str] | None = 
 def stage(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> Path:
     """Write train/val verl parquet and the agent-loop yaml under <run_dir>/verl (inside the working dir, so the
     job upload carries them to every node)."""
-    from orchestra.tasks import build_task_set, save_verl_parquet
+    from orchestra.data.tasks import build_task_set, save_verl_parquet
 
     out = ROOT / stage_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)

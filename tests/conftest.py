@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Ray workers inherit this environment.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import fakes`
 
 SHARED_DATA = Path(os.environ.get("ORCHESTRA_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 

@@ -158,7 +158,7 @@ def check_registry(tools: dict[str, Any], offline_ok: bool = True) -> dict[str, 
 
 
 def _demo_retriever() -> Any:
-    from tools.retriever import BM25Index, Retriever
+    from tools.retrieval.retriever import BM25Index, Retriever
 
     demo = [{"id": "paris", "title": "Paris", "text": "Paris is the capital and largest city of France."},
             {"id": "fuji", "title": "Mount Fuji", "text": "Mount Fuji is the highest mountain in Japan."},

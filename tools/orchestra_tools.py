@@ -2,7 +2,7 @@
 
 Each tool takes one argument, `model`: a tier id (search-1..3, reasoner-1..3, answer-1..4, answer-math-1..2)
 that the task's `model_mapping` (falling back to the zoo's `tiers`) maps to an expert. The expert is reached
-through the Expert protocol (tools/experts.py: real, simulated or replayed), so the tools never know which.
+through the Expert protocol (tools/experts/: real, simulated or replayed), so the tools never know which.
 - search: the expert writes a query (`<query>...</query>`), the search backend (retriever or web search, a
   Tool taking {"query"}) runs it; meta["documents"] holds the passages. cost = expert + backend fee.
 - enhance_reasoning: the expert writes Python (a fenced block), the sandbox (a Tool taking {"code"}) runs it
@@ -23,7 +23,7 @@ from typing import Any
 
 from orchestra.types import Task, ToolContext, ToolResult
 from tools.base import Tool, function_schema, guarded_call
-from tools.experts import Expert, ExpertReply, bound_tokens
+from tools.experts.base import Expert, ExpertReply, bound_tokens
 
 MTOK = 1_000_000
 

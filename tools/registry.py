@@ -5,7 +5,7 @@ price at load: a model that genai-prices does not know and that has no override 
 naming the expert. `build_tools(zoo, names)` makes the named tools: search, enhance_reasoning, answer
 (tools/orchestra_tools.py), python, calculator, retrieve, web_search (tools/sandbox.py, calculator.py,
 retriever.py, web_search.py), and `<server>__<tool>` for each tool of a `zoo.mcp_servers` entry
-(tools/mcp.py). Extend by registering a name: `register_tool(name, builder)` / `register_expert(kind, builder)`;
+(tools/mcp/). Extend by registering a name: `register_tool(name, builder)` / `register_expert(kind, builder)`;
 a builder receives a `Build` (the zoo plus lazily built shared parts).
 `zoo` may be a ZooConfig or its plain dict (tool-server actors receive dicts, so no big objects are pickled).
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from orchestra.config import ConfigError, ExpertConfig, ZooConfig
 from tools.base import Tool
-from tools.experts import Expert, OpenAIExpert
+from tools.experts.base import Expert, OpenAIExpert
 from tools.pricing import PriceTable, UnknownModelError
 
 
@@ -50,7 +50,7 @@ def register_expert(kind: str, builder: ExpertBuilder) -> None:
 
 
 def _sim(name: str, e: ExpertConfig, prices: PriceTable, zoo: ZooConfig) -> Expert:
-    from tools.sim_expert import SimExpert
+    from tools.experts.sim import SimExpert
 
     return SimExpert(name, e.model or name, prices, skill=dict(e.skill), tokens_out=e.tokens_out,
                      latency_s=e.latency_s, max_tokens=e.max_tokens, seed=zoo.seed, sleep=zoo.sleep)
@@ -62,7 +62,7 @@ def _openai(name: str, e: ExpertConfig, prices: PriceTable, zoo: ZooConfig) -> E
 
 
 def _replay(name: str, e: ExpertConfig, prices: PriceTable, zoo: ZooConfig) -> Expert:
-    from tools.replay_expert import ReplayExpert
+    from tools.experts.replay import ReplayExpert
 
     return ReplayExpert(name, e.model or name, prices, path=e.replay_path, latency_s=e.latency_s,
                         max_tokens=e.max_tokens)
@@ -123,7 +123,7 @@ class Build:
 
     def retriever(self) -> Tool:
         if self._retriever is None:
-            from tools.retriever import build_retriever
+            from tools.retrieval.retriever import build_retriever
 
             r = self.zoo.retriever
             self._retriever = build_retriever(corpus=self.corpus if self.corpus is not None else r.corpus,
@@ -139,7 +139,7 @@ class Build:
     @functools.cached_property
     def mcp(self) -> Any:
         """The zoo's MCP servers (each listed once, when one of its tools is first built)."""
-        from tools.mcp import MCPCatalogue
+        from tools.mcp.catalogue import MCPCatalogue
 
         return MCPCatalogue(list(self.zoo.mcp_servers))
 

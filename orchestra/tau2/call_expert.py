@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestra.parse import parse
+from orchestra.agent.parse import parse
 from orchestra.types import Task, ToolCall, ToolContext, ToolResult
 from tools.base import function_schema, guarded_call
-from tools.experts import bound_tokens
+from tools.experts.base import bound_tokens
 
 MTOK = 1_000_000
 PREFIX = "expert-"

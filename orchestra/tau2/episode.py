@@ -1,6 +1,6 @@
 """The τ² episode driver: a three-party conversation (orchestrator as agent, simulated user, environment).
 
-orchestra.agent_loop.AgentLoop ends an episode at the first plain-text reply; in τ² a plain-text reply is a
+orchestra.agent.loop.AgentLoop ends an episode at the first plain-text reply; in τ² a plain-text reply is a
 message to the user, whose answer is the next user turn, until the user (or agent) says stop. This driver
 runs that loop in `transcript` mode with the same pieces as AgentLoop (Engine, Prompter, parse, ToolClient,
 Turn/Trajectory) and the same token discipline: one token sequence, the model's tokens never re-tokenized,
@@ -26,8 +26,8 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from orchestra.agent.prompt import preference_text
 from orchestra.engine import Sampling
-from orchestra.prompt import preference_text
 from orchestra.tau2.call_expert import split_agent_output
 from orchestra.types import Task, ToolCall, ToolContext, ToolRecord, ToolResult, Trajectory, Turn
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from actors.learner import Learner
-from orchestra.grpo import TrainSample, collate, grpo_loss, token_logprobs
+from orchestra.policy.grpo import TrainSample, collate, grpo_loss, token_logprobs
 
 PAD = 0
 

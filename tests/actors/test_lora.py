@@ -1,4 +1,4 @@
-"""LoRA policies (orchestra/lora.py + actors/learner.py): only adapters train, the reference is the adapter-free
+"""LoRA policies (orchestra/policy/lora.py + actors/learner.py): only adapters train, the reference is the adapter-free
 model, adapter-only weight sync rebuilds exactly the learner's policy in a plain engine model, after SFT the
 adapter is folded into the base, and save/load resumes the adapter. CPU, a tiny Qwen3 built here, no Ray."""
 
@@ -8,12 +8,12 @@ import copy
 
 import pytest
 import torch
-from test_learner import PAD, make_samples, tiny_qwen3
 
 from actors.learner import Learner
 from actors.rollout_worker import RolloutWorker
-from orchestra import lora
 from orchestra.engine import HFEngine
+from orchestra.policy import lora
+from tests.actors.test_learner import PAD, make_samples, tiny_qwen3
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fakes import ByteTokenizer, FakeTool, ScriptedEngine, call_text
 
 from actors import metrics
 from orchestra.preferences import PRESETS
+from tests.helpers.fakes import ByteTokenizer, FakeTool, ScriptedEngine, call_text
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "cluster" / "grafana" / "orchestra_dashboard.json"
 
@@ -102,10 +102,10 @@ def probe_tool():
 async def test_actor_driver_and_serve_series_reach_the_export_port(ray_cluster):
     import sys
 
-    from actors.serve_app import OrchestraService, create_api
+    from actors.serve.app import OrchestraService, create_api
     from actors.tool_server import RayToolClient, make_tool_server
-    from orchestra.agent_loop import AgentLoop
-    from orchestra.prompt import Prompter
+    from orchestra.agent.loop import AgentLoop
+    from orchestra.agent.prompt import Prompter
     from orchestra.types import Task, ToolCall, ToolContext
     from tools.base import LocalToolClient
 

@@ -197,11 +197,10 @@ async def test_zoo_tool_built_inside_the_actor(ray, servers):
 
 async def test_agent_loop_episode_through_tool_servers(servers):
     """One episode of the real agent loop: enhance_reasoning runs expert code in the actor's sandbox, answer ends it."""
-    from fakes import ByteTokenizer, ScriptedEngine, call_text
-
-    from orchestra.agent_loop import AgentLoop
+    from orchestra.agent.loop import AgentLoop
+    from orchestra.agent.prompt import Prompter
     from orchestra.engine import Sampling
-    from orchestra.prompt import Prompter
+    from tests.helpers.fakes import ByteTokenizer, ScriptedEngine, call_text
 
     tok = ByteTokenizer()
     engine = ScriptedEngine(tok, [call_text("enhance_reasoning", model="reasoner-3"),

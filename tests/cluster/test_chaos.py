@@ -1,6 +1,6 @@
 """Chaos suite (issue 16): kill each actor kind with SIGKILL (by pid, as the OOM killer or a lost node would) under
 a running training step, and the driver mid-run; the run must go on or resume with every episode accounted for,
-no hang past the configured timeouts and no corrupt checkpoint. The Serve replica: tests/actors/test_serve_chaos.py.
+no hang past the configured timeouts and no corrupt checkpoint. The Serve replica: tests/actors/serve/test_chaos.py.
 
 Opt-in: `pytest -m chaos` (each kill is a real training step on the tiny model, ~1-2 min a test on 2 cores).
 The two unmarked tests (a few seconds each) run in `make test`: the reward actor killed with groups waiting
@@ -38,13 +38,13 @@ from typing import Any
 
 import pytest
 import ray
-from test_train import small_cfg, wait_restarted
 
 from cluster import launch
-from orchestra import checkpoint
 from orchestra.config import load_config
-from orchestra.tracking import read_metrics
+from orchestra.rundir import checkpoint
+from orchestra.rundir.tracking import read_metrics
 from orchestra.types import Task, Trajectory
+from tests.cluster.test_train import small_cfg, wait_restarted
 
 REPO = Path(__file__).resolve().parents[2]
 HANG_S = 240.0  # a step (or a driver run) not done by then counts as a hang; reward.group_deadline_s is 30 here
@@ -99,7 +99,7 @@ def test_reward_actor_killed_mid_group_rescores_every_member(ray_cluster, tmp_pa
 WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from orchestra import checkpoint
+    from orchestra.rundir import checkpoint
 
     run = sys.argv[1]
     checkpoint.save(run, 1, lambda d: (d / "weights.bin").write_bytes(b"1" * 4096), {"ok": 1}, keep=0)
@@ -320,7 +320,7 @@ def test_driver_killed_mid_run_resumes_from_the_last_checkpoint(ray_cluster, tmp
     """`python -m cluster.train` (attached to the session's cluster, so its actors die with it) is SIGKILLed
     once step 1 is checkpointed; the same command again resumes from the newest good checkpoint and finishes
     with every step's episodes scored and every checkpoint loadable."""
-    from test_train import SMALL
+    from tests.cluster.test_train import SMALL
 
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "cluster.train", *SMALL, *CHAOS_CFG, f"run_dir={run}", "algo.steps=3",

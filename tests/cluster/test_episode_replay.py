@@ -9,18 +9,18 @@ import json
 
 import pytest
 import torch
-from fakes import FakeTool, call_text, make_task
 
 from cluster import launch
 from cluster.replay import main as replay_main
-from orchestra import episodes
-from orchestra.agent_loop import AgentLoop
+from orchestra.agent.loop import AgentLoop
+from orchestra.agent.prompt import Prompter
 from orchestra.config import load_config, to_yaml
 from orchestra.engine import HFEngine, Sampling
-from orchestra.models import eos_token_ids, load_policy
-from orchestra.prompt import Prompter
+from orchestra.policy.models import eos_token_ids, load_policy
+from orchestra.rundir import records as episodes
 from orchestra.types import Trajectory
 from reward.score import score_group
+from tests.helpers.fakes import FakeTool, call_text, make_task
 from tools.base import LocalToolClient
 
 VERSION = 7  # any version number: replay must find its weights file

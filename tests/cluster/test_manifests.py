@@ -62,8 +62,8 @@ def test_rayservice():
     assert s["kind"] == "RayService" and s["spec"]["rayClusterConfig"]["authOptions"]["mode"] == "token"
     serve = yaml.safe_load(s["spec"]["serveConfigV2"])
     (app,) = serve["applications"]
-    assert app["import_path"] == "actors.serve_app:build_app"
-    from actors.serve_api import settings_from_dict
+    assert app["import_path"] == "actors.serve.app:build_app"
+    from actors.serve.api import settings_from_dict
 
     settings = settings_from_dict(app["args"])  # the args are valid ServeSettings
     assert settings.api_keys == [] and settings.api_keys_env == "ORCHESTRA_API_KEYS"

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes import ByteTokenizer, FakeTool, ScriptedEngine, call_text
 
-from orchestra import checkpoint
+from orchestra.rundir import checkpoint
+from tests.helpers.fakes import ByteTokenizer, FakeTool, ScriptedEngine, call_text
 
 
 def fake_run(root: Path, name: str, experiment: str = "cpu_tiny") -> Path:
@@ -61,7 +61,7 @@ def test_serve_picks_the_newest_run_and_rejects_a_missing_one(tmp_path, capsys):
     run = fake_run(tmp_path, "cpu_tiny")
     pick_checkpoint(args, explicit=False)
     assert args["checkpoint"] == str(run) and "serving the newest trained run" in capsys.readouterr().err
-    from actors.serve_app import resolve_checkpoint
+    from actors.serve.app import resolve_checkpoint
 
     assert resolve_checkpoint(str(run)) == str(checkpoint.latest_good(run) / "learner")  # what the replica loads
     with pytest.raises(ValueError, match="make train"):
@@ -100,9 +100,9 @@ def live_app():
     """The real FastAPI app (scripted policy, fake tools) under uvicorn on 127.0.0.1, with key `k`."""
     import uvicorn
 
-    from actors.serve_app import OrchestraService, create_api
-    from orchestra.agent_loop import AgentLoop
-    from orchestra.prompt import Prompter
+    from actors.serve.app import OrchestraService, create_api
+    from orchestra.agent.loop import AgentLoop
+    from orchestra.agent.prompt import Prompter
     from tools.base import LocalToolClient
 
     tok = ByteTokenizer()

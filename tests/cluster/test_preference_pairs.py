@@ -3,20 +3,15 @@ one group per (task, vector), and every episode is scored under its own vector w
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-from fakes import make_task
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "reward"))
-from reward_episodes import build_episode  # noqa: E402
-
-from cluster.trainer import paired_tasks, step_requests  # noqa: E402
-from orchestra.config import ConfigError, load_config  # noqa: E402
-from orchestra.preferences import PRESETS, paired_preferences, parse_pairs  # noqa: E402
-from orchestra.types import Task  # noqa: E402
-from reward.score import score_group  # noqa: E402
+from cluster.trainer import paired_tasks, step_requests
+from orchestra.config import ConfigError, load_config
+from orchestra.preferences import PRESETS, paired_preferences, parse_pairs
+from orchestra.types import Task
+from reward.score import score_group
+from tests.helpers.episodes import build_episode
+from tests.helpers.fakes import make_task
 
 PAIRS = "accuracy-first|balanced|cost-first"
 

@@ -7,10 +7,10 @@ import dataclasses
 import re
 
 import pytest
-from fakes import ByteTokenizer
 
 from cluster.sft import demo_samples
-from orchestra.synth.template import generate_tasks
+from orchestra.data.synth.template import generate_tasks
+from tests.helpers.fakes import ByteTokenizer
 
 TARGET = "answer-math-2"
 

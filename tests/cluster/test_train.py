@@ -11,9 +11,9 @@ import pytest
 import ray
 
 from cluster.trainer import TaskSampler, Trainer
-from orchestra import checkpoint
 from orchestra.config import load_config
-from orchestra.tracking import read_metrics
+from orchestra.rundir import checkpoint
+from orchestra.rundir.tracking import read_metrics
 
 # Small and fast: no `search` tool (its retriever embeds a corpus at start-up); the other tools are real.
 SMALL = ["zoo.tools=[enhance_reasoning,answer]", "cluster.torch_threads=1", "data.n_train=8", "data.n_heldout=4", "algo.group_size=2", "algo.prompts_per_step=2", "sft.steps=2",

@@ -68,7 +68,7 @@ def test_scalar_rubric_goes_through_verls_custom_reward_function():
     assert c.algorithm.norm_adv_by_std_in_grpo is True  # verl's GRPO normalises the scalar rewards
     assert (c.trainer.nnodes, c.trainer.n_gpus_per_node, c.actor_rollout_ref.hybrid_engine) == (1, 8, True)
     fn = c.reward.custom_reward_function
-    assert fn.path == "actors/verl_reward.py" and fn.name == "compute_score"
+    assert fn.path == "actors/verl_plugins/reward.py" and fn.name == "compute_score"
     assert list(fn.reward_kwargs.orchestra_overrides) == ov_cli
     from verl.utils.import_utils import load_extern_object
 
@@ -82,7 +82,7 @@ def test_agent_loop_entry_points_at_our_class():
 
     (entry,) = agent_loop_entries(H100)
     assert entry["name"] == "orchestra" and entry["orchestra_overrides"] == H100
-    from actors.verl_agent_loop import OrchestraAgentLoop
+    from actors.verl_plugins.agent_loop import OrchestraAgentLoop
 
     assert hydra.utils.get_class(entry["_target_"]) is OrchestraAgentLoop
 
@@ -124,7 +124,7 @@ def test_runtime_env_takes_secrets_from_the_environment():
 def test_stage_writes_rows_the_agent_loop_reads(tmp_path):
     import pyarrow.parquet as pq
 
-    from orchestra.tasks import task_from_verl_row
+    from orchestra.data.tasks import task_from_verl_row
 
     over = H100 + [f"run_dir={tmp_path}/run", "data.n_train=6", "data.n_heldout=2"]
     cfg = load_config(over)

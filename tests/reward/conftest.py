@@ -8,7 +8,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from reward_episodes import build_episode
+
+from tests.helpers.episodes import build_episode
 
 
 @pytest.fixture

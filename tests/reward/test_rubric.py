@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reward_episodes import build_episode
 
 from reward.advantages import group_advantages
 from reward.cost import episode_cost, episode_latency
 from reward.rubric import scalar_reward, toolorchestra_group
+from tests.helpers.episodes import build_episode
 
 P = {"accuracy": 1.0, "cost": 0.5, "latency": 0.25, "tool:search": 0.2}
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fakes import FakeTool
 
 from orchestra.types import ToolResult
+from tests.helpers.fakes import FakeTool
 from tools.check import check_registry, check_tool, main, own_tools
 
 

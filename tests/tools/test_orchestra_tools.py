@@ -40,7 +40,7 @@ def zoo():
 
 @pytest.fixture(scope="module")
 def tools(zoo):
-    from tools.retriever import build_retriever
+    from tools.retrieval.retriever import build_retriever
 
     retriever = build_retriever(corpus=CORPUS, kind="bm25", top_k=2)
     return build_tools(zoo, ["search", "enhance_reasoning", "answer", "calculator"], retriever=retriever)

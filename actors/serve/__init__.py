@@ -1,0 +1,1 @@
+"""The OpenAI-compatible Serve endpoint: its wire format (api.py) and the app and replica (app.py)."""

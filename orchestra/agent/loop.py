@@ -1,0 +1,277 @@
+"""The orchestrator's multi-turn tool loop: one episode = turns of generate -> parse -> tool calls -> observations.
+
+The same loop runs in training rollout workers, the Serve endpoint and inside verl: the engine and the
+ToolClient are injected (in-process tools, Ray tool-server actors, or verl's LLM server client).
+An episode ends when the `answer` tool returns an answer (or, in answer_mode=text, when the model replies
+without a tool call) -> `answered` (terminated); when turns run out -> `max_turns`; when a $ / seconds /
+turns budget is hit or a call would exceed it -> `budget` (truncated); on an engine failure -> `error`.
+Model garbage never ends an episode: it becomes a parse-error observation for the next turn.
+
+Context modes (see orchestra/agent/prompt.py): `reprompt` renders a fresh prompt per turn (each turn is its own
+training sample); `transcript` keeps one token sequence and appends observation deltas (masked from the loss).
+Cost here is what tools and experts charged; the orchestrator's own tokens are priced by reward/cost.py.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from orchestra.agent.parse import parse
+from orchestra.agent.prompt import Prompter
+from orchestra.engine import Engine, Sampling
+from orchestra.types import Task, ToolCall, ToolContext, ToolRecord, ToolResult, Trajectory, Turn
+
+
+class ToolClient(Protocol):
+    """How the loop reaches tools: in-process (tools.base.LocalToolClient), Ray actors, or verl."""
+
+    def schemas(self, task: Task) -> list[dict[str, Any]]: ...
+    async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult: ...
+
+
+def _tool_names(schemas: list[dict[str, Any]]) -> list[str]:
+    return [s.get("function", s).get("name", "") for s in schemas]
+
+
+class AgentLoop:
+    def __init__(self, engine: Engine, tools: ToolClient, prompter: Prompter, *, context_mode: str = "reprompt",
+                 answer_mode: str = "tool", max_turns: int = 4, max_calls_per_turn: int = 1,
+                 max_context_tokens: int = 3072, budget_usd: float | None = None,
+                 budget_seconds: float | None = None, budget_turns: int | None = None,
+                 count_generation_latency: bool = False, eos_token_ids: list[int] | None = None):
+        if context_mode not in ("reprompt", "transcript"):
+            raise ValueError(f"context_mode must be reprompt or transcript, got {context_mode!r}")
+        self.engine, self.tools, self.prompter = engine, tools, prompter
+        self.context_mode, self.answer_mode = context_mode, answer_mode
+        self.max_turns, self.max_calls_per_turn = max_turns, max_calls_per_turn
+        self.max_context_tokens = max_context_tokens
+        self.budget_usd, self.budget_seconds, self.budget_turns = budget_usd, budget_seconds, budget_turns
+        self.count_generation_latency = count_generation_latency
+        self.eos_token_ids = set(eos_token_ids or [])
+
+    @classmethod
+    def from_config(cls, agent_cfg: Any, engine: Engine, tools: ToolClient, prompter: Prompter,
+                    eos_token_ids: list[int] | None = None) -> AgentLoop:
+        b = agent_cfg.budget
+        return cls(engine, tools, prompter, context_mode=agent_cfg.context_mode,
+                   answer_mode=agent_cfg.answer_mode, max_turns=agent_cfg.max_turns,
+                   max_calls_per_turn=agent_cfg.max_calls_per_turn,
+                   max_context_tokens=agent_cfg.max_context_tokens, budget_usd=b.usd,
+                   budget_seconds=b.seconds, budget_turns=b.turns,
+                   count_generation_latency=agent_cfg.count_generation_latency, eos_token_ids=eos_token_ids)
+
+    async def run(self, task: Task, sampling: Sampling, uid: str = "", episode_id: str = "",
+                  policy_version: int = 0, budget_usd: float | None = None, budget_seconds: float | None = None,
+                  budget_turns: int | None = None, on_step: Any = None) -> Trajectory:
+        """Run one episode. Per-call budget arguments override the loop's defaults (Serve requests).
+        `on_step(kind, payload)` (optional, sync) is told about each tool call, observation and answer."""
+        uid, episode_id = uid or task.id, episode_id or uuid.uuid4().hex[:12]
+        try:  # building the episode fetches tool schemas, which can fail (a tool server restarting)
+            ep = _Episode(self, task, sampling, uid, episode_id, policy_version,
+                          budget_usd if budget_usd is not None else self.budget_usd,
+                          budget_seconds if budget_seconds is not None else self.budget_seconds,
+                          budget_turns if budget_turns is not None else self.budget_turns, on_step)
+        except Exception as e:
+            return Trajectory(task_id=task.id, uid=uid, episode_id=episode_id, context_mode=self.context_mode,
+                              termination="error", error=f"tool catalogue unavailable: {type(e).__name__}: {e}")
+        try:
+            await ep.play()
+        except Exception as e:  # an engine or template failure ends this episode only
+            ep.traj.termination, ep.traj.error = "error", f"{type(e).__name__}: {e}"
+        return ep.finish()
+
+
+class _Episode:
+    """State of one running episode (kept off AgentLoop so one loop runs many episodes concurrently)."""
+
+    def __init__(self, loop: AgentLoop, task: Task, sampling: Sampling, uid: str, episode_id: str,
+                 version: int, usd: float | None, seconds: float | None, turns: int | None, on_step: Any):
+        self.loop, self.task, self.sampling, self.version, self.on_step = loop, task, sampling, version, on_step
+        self.usd, self.seconds = usd, seconds
+        self.turn_cap = min(loop.max_turns, turns) if turns is not None else loop.max_turns
+        self.traj = Trajectory(task_id=task.id, uid=uid, episode_id=episode_id, context_mode=loop.context_mode,
+                               termination="max_turns")
+        self.schemas = loop.tools.schemas(task)
+        self.names = _tool_names(self.schemas)
+        self.documents: list[str] = []
+        self.code_outputs: list[str] = []
+        self.attempts: list[str] = []
+        self.messages: list[dict[str, Any]] = []
+        self.ids: list[int] = []  # transcript mode: the whole token sequence so far
+        self.attempt_counts: Counter[str] = Counter()
+        self.first_ids: Counter[str] = Counter()
+
+    def _emit(self, kind: str, payload: dict[str, Any]) -> None:
+        if self.on_step is not None:
+            try:
+                self.on_step(kind, payload)
+            except Exception:  # a listener (e.g. a closed stream) must not break the episode
+                self.on_step = None
+
+    def _seconds_spent(self) -> float:
+        extra = self.traj.gen_latency_s if self.loop.count_generation_latency else 0.0
+        return self.traj.latency_s + extra
+
+    def _over_budget(self) -> bool:
+        # $ is enforced before each paid call (refusal); this catches a tool that charged beyond its bound.
+        if self.usd is not None and self.traj.cost_usd > self.usd + 1e-12:
+            return True
+        return self.seconds is not None and self._seconds_spent() >= self.seconds
+
+    def _prompt_ids(self) -> list[int]:
+        p = self.loop.prompter
+        if self.loop.context_mode == "reprompt":
+            msgs = [p.system(self.task), p.reprompt_user(self.task, self.documents, self.code_outputs, self.attempts)]
+            return p.encode(msgs, self.schemas)
+        if not self.ids:
+            self.messages = p.first_messages(self.task)
+            self.ids = p.encode(self.messages, self.schemas)
+        return list(self.ids)
+
+    async def play(self) -> None:
+        for turn_no in range(self.turn_cap):
+            if self._over_budget():
+                self.traj.termination = "budget"
+                return
+            prompt_ids = self._prompt_ids()
+            room = self.loop.max_context_tokens - len(prompt_ids)
+            if room < 8:
+                self.traj.termination = "max_turns"  # context exhausted: out of room to act
+                self.traj.meta["context_exhausted"] = True
+                return
+            sampling = self.sampling
+            if sampling.seed is not None and turn_no:
+                # a seeded episode: each turn draws from its own stream (one seed for every turn would replay the
+                # same random numbers at every turn, so choices across turns would be correlated, not sampled)
+                sampling = Sampling(**{**sampling.__dict__, "seed": sampling.seed * 1_000_003 + turn_no})
+            if sampling.max_tokens > room:
+                sampling = Sampling(**{**sampling.__dict__, "max_tokens": room})
+            start = time.perf_counter()
+            gen = await self.loop.engine.generate(prompt_ids, sampling)
+            gen_s = time.perf_counter() - start
+            self.traj.gen_latency_s += gen_s
+            text = self.loop.prompter.decode(gen.token_ids)
+            parsed = parse(text, self.loop.answer_mode)
+            turn = Turn(prompt_ids=prompt_ids, response_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
+                        tool_calls=parsed.calls[: self.loop.max_calls_per_turn], format_ok=parsed.ok,
+                        text=text, finish_reason=gen.finish_reason, gen_latency_s=gen_s,
+                        policy_version=self.version)
+            self.traj.turns.append(turn)
+            observations: list[str] = []
+            if parsed.answer is not None and not parsed.calls:
+                self._answer(parsed.answer, turn_no)
+                return
+            if not parsed.ok:
+                observations.append(f"Format error: {parsed.error}")
+                self.attempts.append(f"turn {turn_no + 1}: format error: {parsed.error}")
+                self._emit("error", {"turn": turn_no, "message": parsed.error})
+            else:
+                if len(parsed.calls) > self.loop.max_calls_per_turn:
+                    observations.append(f"Note: only the first {self.loop.max_calls_per_turn} tool call(s) per "
+                                        f"turn are executed; {len(parsed.calls) - len(turn.tool_calls)} ignored.")
+                first = turn.tool_calls[0].tool_id
+                self.first_ids[first] += 1
+                for call in turn.tool_calls:
+                    result = await self._call(call, turn_no)
+                    observations.append(self.loop.prompter.observation(result.text))
+                    if result.meta.get("budget_refused"):
+                        self.traj.termination = "budget"
+                        return
+                    if result.ok and "answer" in result.meta:
+                        self._answer(str(result.meta["answer"]), turn_no)
+                        return
+                    if self._over_budget():
+                        self.traj.termination = "budget"
+                        return
+            if self.loop.context_mode == "transcript":
+                self._extend_transcript(turn, observations)
+
+    def _answer(self, answer: str, turn_no: int) -> None:
+        self.traj.answer, self.traj.termination = answer, "answered"
+        self._emit("answer", {"turn": turn_no, "answer": answer})
+
+    async def _call(self, call: ToolCall, turn_no: int) -> ToolResult:
+        self._emit("tool_call", {"turn": turn_no, "name": call.name, "arguments": call.arguments})
+        if call.name not in self.names:
+            result = ToolResult.failure(f"unknown tool {call.name!r}; valid tools are: {', '.join(self.names)}",
+                                        meta={"unknown_tool": True})
+        else:
+            left = None if self.usd is None else self.usd - self.traj.cost_usd
+            ctx = ToolContext(task=self.task, episode_id=self.traj.episode_id, turn=turn_no,
+                              attempt=self.attempt_counts[call.tool_id], documents=list(self.documents),
+                              code_outputs=list(self.code_outputs), budget_usd_left=left)
+            self.attempt_counts[call.tool_id] += 1
+            result = await self.loop.tools.call(call, ctx)
+        self.traj.cost_usd += max(result.cost_usd, 0.0)
+        self.traj.latency_s += max(result.latency_s, 0.0)
+        self.traj.tool_records.append(ToolRecord(turn=turn_no, name=call.name, tool_id=call.tool_id,
+                                                 arguments=call.arguments, result=result))
+        docs = result.meta.get("documents") or []
+        self.documents.extend(str(d) for d in docs)
+        if result.meta.get("code_output") is not None:
+            self.code_outputs.append(str(result.meta["code_output"]))
+        if not docs and result.meta.get("code_output") is None and "answer" not in result.meta:
+            self.attempts.append(f"turn {turn_no + 1}: {call.name}({call.tool_id}) -> {result.text}")
+        self._emit("observation", {"turn": turn_no, "name": call.name, "text": result.text[:500],
+                                   "cost_usd": result.cost_usd, "latency_s": result.latency_s,
+                                   "error": result.error})
+        return result
+
+    def _extend_transcript(self, turn: Turn, observations: list[str]) -> None:
+        ids = turn.response_ids
+        ended = bool(ids) and ids[-1] in self.loop.eos_token_ids
+        content_ids = ids[:-1] if ended else ids
+        content = self.loop.prompter.decode(content_ids)
+        emitted = self.loop.prompter.decode(ids[-1:]) if ended else ""
+        new = [{"role": "tool", "content": o} for o in observations] or [{"role": "tool", "content": "(no output)"}]
+        delta = self.loop.prompter.delta_ids(self.messages + [{"role": "assistant", "content": content}], new,
+                                             self.schemas, emitted)
+        self.messages += [{"role": "assistant", "content": content}] + new
+        self.ids = turn.prompt_ids + ids + delta
+
+    def finish(self) -> Trajectory:
+        self.traj.tool_counts = dict(self.first_ids)
+        release = getattr(self.loop.engine, "release", None)  # engines that keep per-episode KV caches
+        if release is not None and self.traj.turns:
+            last = self.traj.turns[-1]
+            release(last.prompt_ids + last.response_ids)
+        self.traj.meta.setdefault("documents", len(self.documents))
+        return self.traj
+
+
+@dataclass
+class Sample:
+    """One training sample: what the learner (local or verl) consumes. mask 1 = model token, 0 = tool token."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    logprobs: list[float]
+    turn: int = 0
+
+
+def episode_samples(traj: Trajectory) -> list[Sample]:
+    """reprompt: one sample per turn. transcript: one sample, observation tokens masked out (mask 0)."""
+    turns = traj.turns
+    if not turns:
+        return []
+    if traj.context_mode == "reprompt":
+        return [Sample(t.prompt_ids, t.response_ids, [1] * len(t.response_ids), t.logprobs, i)
+                for i, t in enumerate(turns)]
+    response: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    for i, t in enumerate(turns):
+        response += t.response_ids
+        mask += [1] * len(t.response_ids)
+        logprobs += t.logprobs
+        if i + 1 < len(turns):
+            obs = turns[i + 1].prompt_ids[len(t.prompt_ids) + len(t.response_ids):]
+            response += obs
+            mask += [0] * len(obs)
+            logprobs += [0.0] * len(obs)
+    return [Sample(turns[0].prompt_ids, response, mask, logprobs, 0)]

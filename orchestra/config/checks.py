@@ -1,0 +1,104 @@
+"""Range checks of a composed ExperimentConfig (orchestra/config/ holds the schema and the loading): every
+failure raises ConfigError naming the key, before any actor starts."""
+
+from __future__ import annotations
+
+from orchestra.config import ConfigError, ExperimentConfig, MCPServerConfig
+
+
+def validate(cfg: ExperimentConfig) -> None:
+    """Range checks across fields; raise ConfigError before any actor starts."""
+    def need(ok: bool, key: str, msg: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key}: {msg}")
+
+    need(cfg.backend in ("local", "verl"), "backend", f"must be local or verl, got {cfg.backend!r}")
+    need(cfg.algo.group_size >= 2, "algo.group_size", "GRPO needs at least 2 episodes per group")
+    need(cfg.algo.prompts_per_step >= 1, "algo.prompts_per_step", "must be >= 1")
+    need(cfg.algo.steps >= 0, "algo.steps", "must be >= 0")
+    need(cfg.algo.lr > 0, "algo.lr", "must be > 0")
+    need(0.0 <= cfg.sft.min_lr_ratio <= 1.0, "sft.min_lr_ratio", "must be in [0, 1]")
+    need(cfg.data.n_train >= 1, "data.n_train", "zero training tasks")
+    need(cfg.data.n_heldout >= 0, "data.n_heldout", "must be >= 0")
+    need(cfg.agent.context_mode in ("reprompt", "transcript"), "agent.context_mode",
+         f"must be reprompt or transcript, got {cfg.agent.context_mode!r}")
+    need(cfg.agent.answer_mode in ("tool", "text"), "agent.answer_mode", "must be tool or text")
+    need(cfg.agent.max_turns >= 1, "agent.max_turns", "must be >= 1")
+    need(cfg.engine.kind in ("hf", "vllm") or ":" in cfg.engine.kind, "engine.kind",
+         f"must be hf, vllm or package.module:factory, got {cfg.engine.kind!r}")
+    need(cfg.engine.prefix_cache_mb >= 0, "engine.prefix_cache_mb", "must be >= 0 (0: no KV kept between turns)")
+    need(cfg.engine.join_every >= 0, "engine.join_every", "must be >= 0 (0: static batching)")
+    need(cfg.engine.prefill_chunk_tokens >= 0, "engine.prefill_chunk_tokens", "must be >= 0 (0: one forward)")
+    need(cfg.reward.unanswered_penalty >= 0, "reward.unanswered_penalty", "must be >= 0 (it is subtracted)")
+    need(cfg.reward.unanswered_penalty == 0 or cfg.reward.rubric == "scalar", "reward.unanswered_penalty",
+         "is a term of the scalar rubric only; set reward=scalar or leave it 0")
+    need(cfg.reward.rubric in ("toolorchestra", "scalar"), "reward.rubric",
+         f"must be toolorchestra or scalar, got {cfg.reward.rubric!r}")
+    need(cfg.model.lora.r >= 0, "model.lora.r", "must be >= 0 (0: no adapters, full fine-tuning)")
+    need(cfg.model.lora.layers >= 0, "model.lora.layers", "must be >= 0 (0: every layer)")
+    need(bool(cfg.model.lora.target_modules), "model.lora.target_modules",
+         "must name at least one module (e.g. q_proj)")
+    need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")
+    need(cfg.cluster.num_rollout_workers >= 1, "cluster.num_rollout_workers", "must be >= 1")
+    need(cfg.sft.candidates >= 1, "sft.candidates", "must be >= 1 (1: plain random demonstrations)")
+    need(not cfg.sft.paired or bool(cfg.data.preference_pairs), "sft.paired",
+         "needs data.preference_pairs (the vectors each demonstrated task is played under)")
+    need(cfg.zoo.server.max_concurrency >= 1, "zoo.server.max_concurrency", "must be >= 1")
+    need(cfg.zoo.server.client_max_in_flight >= 0, "zoo.server.client_max_in_flight", "must be >= 0 (0: no cap)")
+    check_mcp_servers(cfg.zoo.mcp_servers)
+    need(cfg.zoo.retriever.kind in ("hybrid", "hybrid_2hop", "dense", "bm25"), "zoo.retriever.kind",
+         f"must be hybrid, hybrid_2hop, dense or bm25, got {cfg.zoo.retriever.kind!r}")
+    need(cfg.zoo.retriever.index_type in ("auto", "flat", "hnsw", "ivf"), "zoo.retriever.index_type",
+         f"must be auto, flat, hnsw or ivf, got {cfg.zoo.retriever.index_type!r}")
+    need(cfg.tau2.max_errors >= 1, "tau2.max_errors", "must be >= 1")
+    need(cfg.tau2.task_version in ("v0.2.0", "current"), "tau2.task_version",
+         f"must be v0.2.0 or current, got {cfg.tau2.task_version!r}")
+    if cfg.data.preference != "sampled":
+        from orchestra.preferences import parse_preference
+
+        try:
+            for part in cfg.data.preference.split("|"):
+                parse_preference(part)
+        except ValueError as e:
+            need(False, "data.preference", f"must be `sampled`, a preset, weights or `A|B|...` of those: {e}")
+    if cfg.data.preference_pairs:
+        from orchestra.preferences import parse_pairs
+
+        try:
+            parse_pairs(cfg.data.preference_pairs)
+        except ValueError as e:
+            need(False, "data.preference_pairs", f"must be empty, `sampled:K` (K >= 2) or `A|B|...`: {e}")
+    for tier, expert in cfg.zoo.tiers.items():
+        need(expert in cfg.zoo.experts, f"zoo.tiers.{tier}", f"names unknown expert {expert!r}")
+    for tier, expert in (cfg.data.tiers or {}).items():
+        need(expert in cfg.zoo.experts, f"data.tiers.{tier}", f"names unknown expert {expert!r} of zoo "
+             f"{cfg.zoo.name!r} (data.tiers=null offers the zoo's own tiers)")
+
+
+def check_mcp_servers(servers: list[MCPServerConfig]) -> None:
+    """Range checks of zoo.mcp_servers (the registry runs them too: tool-server actors get plain dicts)."""
+    import re
+
+    seen: set[str] = set()
+    for i, s in enumerate(servers):
+        key = f"zoo.mcp_servers[{i}]"
+        if not re.fullmatch(r"[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*", s.name or ""):
+            raise ConfigError(f"{key}.name: {s.name!r} must be letters, digits and single - or _ (tools are "
+                              "named <name>__<tool>)")
+        if s.name in seen:
+            raise ConfigError(f"{key}.name: {s.name!r} is used by an earlier server")
+        seen.add(s.name)
+        checks = [(s.transport in ("stdio", "http"), "transport", f"must be stdio or http, got {s.transport!r}"),
+                  (s.transport != "stdio" or bool(s.command), "command", "is required for transport stdio"),
+                  (s.transport != "http" or s.url.startswith(("http://", "https://")), "url",
+                   "is required for transport http (http:// or https://)"),
+                  (s.price_usd >= 0, "price_usd", "must be >= 0"), (s.latency_s >= 0, "latency_s", "must be >= 0"),
+                  (s.timeout_s > 0, "timeout_s", "must be > 0"),
+                  (s.connect_timeout_s > 0, "connect_timeout_s", "must be > 0"),
+                  (s.max_output_chars > 0, "max_output_chars", "must be > 0")]
+        for n, t in s.tools.items():
+            checks += [(t.price_usd is None or t.price_usd >= 0, f"tools.{n}.price_usd", "must be >= 0"),
+                       (t.latency_s is None or t.latency_s >= 0, f"tools.{n}.latency_s", "must be >= 0")]
+        for ok, field_name, msg in checks:
+            if not ok:
+                raise ConfigError(f"{key}.{field_name}: {msg} (server {s.name!r})")

@@ -1,0 +1,1 @@
+"""Evaluation of policies and fixed routers over task sets (an integration: it may use tools/ and reward/)."""

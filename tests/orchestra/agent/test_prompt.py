@@ -1,0 +1,69 @@
+"""Prompt rendering against golden files (regenerate with UPDATE_GOLDEN=1), truncation budgets, preferences."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from orchestra.agent.prompt import Prompter, preference_text
+from tests.helpers.fakes import ByteTokenizer, FakeTool, make_task
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
+TOK = ByteTokenizer()
+SCHEMAS = [FakeTool("search", 0.01, 1.0).schema(), FakeTool("answer", 0.02, 2.0).schema()]
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.is_file(), f"missing golden {path}; run with UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+def test_reprompt_golden():
+    p = Prompter(TOK, doc_chars=60, code_chars=40, attempt_chars=80)
+    task = make_task(3, pref={"accuracy": 1.0, "cost": 0.5, "tool:answer-1": -0.25})
+    msgs = [p.system(task), p.reprompt_user(task, ["Doc one about apples.", "Doc two about pears is longer than that."],
+                                            ["print(6) -> 6"], ["turn 1: format error: no tool call found"])]
+    text = p.render(msgs, SCHEMAS)
+    check_golden("prompt_reprompt.txt", text)
+    assert TOK.decode(p.encode(msgs, SCHEMAS)) == text
+
+
+def test_transcript_golden():
+    p = Prompter(TOK)
+    task = make_task(3)
+    msgs = p.first_messages(task) + [
+        {"role": "assistant", "content": '<tool_call>{"name": "search", "arguments": {"model": "search-1"}}</tool_call>'},
+        {"role": "tool", "content": "three documents"}]
+    check_golden("prompt_transcript.txt", p.render(msgs, SCHEMAS))
+
+
+def test_truncation_keeps_newest_within_budget():
+    p = Prompter(TOK, doc_chars=50)
+    docs = [f"document number {i} " + "x" * 20 for i in range(10)]
+    user = p.reprompt_user(make_task(0), docs, [], [])["content"]
+    body = user.split("Documents:\n", 1)[1]
+    assert "document number 9" in body and "document number 0" not in body
+    assert "older documents omitted" in body
+    assert len(body) < 50 + 120  # budget plus labels and the omission note
+
+
+def test_preference_text_is_stated():
+    assert "cost 0.5" in preference_text({"accuracy": 1.0, "cost": 0.5})
+    assert "accuracy first" in preference_text({})
+
+
+def test_cached_system_prefix_gives_the_same_ids_as_one_piece():
+    from orchestra.policy.models import load_tokenizer
+
+    for tok in (TOK, load_tokenizer("tiny")):
+        p = Prompter(tok)
+        for i in range(3):
+            task = make_task(i, pref={"accuracy": 1.0, "cost": 0.1 * i})
+            msgs = [p.system(task), p.reprompt_user(task, [f"doc {i}"], [], [f"attempt {i}"])]
+            whole = list(tok.encode(p.render(msgs, SCHEMAS), add_special_tokens=False))
+            assert p.encode(msgs, SCHEMAS) == whole  # first call fills the cache
+            assert p.encode(msgs, SCHEMAS) == whole  # second call uses it
+        assert len(p._prefix_cache) == 1  # the preference is in the user turn: one system prefix for all

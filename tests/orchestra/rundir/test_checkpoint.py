@@ -1,0 +1,55 @@
+"""Checkpoints are atomic and verified: a half write is invisible, a corrupt one falls back to the previous."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestra.rundir import checkpoint
+
+
+def writer(payload: bytes):
+    def write(tmp: Path) -> None:
+        (tmp / "weights.bin").write_bytes(payload)
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "opt.bin").write_bytes(payload[::-1])
+    return write
+
+
+def test_save_verify_and_latest(tmp_path):
+    checkpoint.save(tmp_path, 1, writer(b"one"), {"note": "a"}, keep=3)
+    p2 = checkpoint.save(tmp_path, 2, writer(b"two"), {"note": "b"}, keep=3)
+    assert checkpoint.verify(p2) is None
+    assert checkpoint.latest_good(tmp_path) == p2
+    assert checkpoint.read_meta(p2) == {"note": "b", "step": 2}
+
+
+def test_crash_mid_write_leaves_previous_checkpoint(tmp_path):
+    good = checkpoint.save(tmp_path, 1, writer(b"one"), {})
+
+    def boom(tmp: Path) -> None:
+        (tmp / "weights.bin").write_bytes(b"partial")
+        raise KeyboardInterrupt  # killed mid-write
+
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save(tmp_path, 2, boom, {})
+    assert checkpoint.latest_good(tmp_path) == good
+    assert not list(checkpoint.checkpoint_dir(tmp_path).glob(".tmp_*"))
+
+
+def test_corrupt_checkpoint_is_reported_and_skipped(tmp_path):
+    good = checkpoint.save(tmp_path, 1, writer(b"one"), {})
+    bad = checkpoint.save(tmp_path, 2, writer(b"two"), {})
+    (bad / "weights.bin").write_bytes(b"bitrot")
+    reports = []
+    assert checkpoint.latest_good(tmp_path, report=reports.append) == good
+    assert "corrupt" in reports[0] and "step_000002" in reports[0]
+    (bad / checkpoint.MANIFEST).unlink()
+    assert "no manifest" in checkpoint.verify(bad)
+
+
+def test_keep_prunes_old(tmp_path):
+    for step in range(1, 5):
+        checkpoint.save(tmp_path, step, writer(b"x"), {}, keep=2)
+    assert [p.name for p in checkpoint.candidates(tmp_path)] == ["step_000004", "step_000003"]

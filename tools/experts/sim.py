@@ -1,0 +1,145 @@
+"""SimExpert: a SIMULATED expert LLM for the embedded default (no model runs; nothing here is a real output).
+
+It is named after a real model and priced like one (tools/pricing.py), but whether it is right is drawn,
+deterministically, from hash(seed, task id, expert, attempt, purpose):
+
+    p = skill[family] ** (1 + difficulty_slope * (difficulty - 1))        # difficulty in 1..3
+    p = p + (1 - p) * context_boost    if the gold answer appears in ctx.documents or ctx.code_outputs
+
+When right it answers task.answer; otherwise a plausible wrong answer (task.meta["distractors"] or a
+perturbation of the gold answer). For purpose="query" it writes a search query (the problem, or a vaguer
+fragment of it when the draw fails); for purpose="code" it writes Python (task.meta["code"], or a perturbed
+snippet). Token counts come from the profile with deterministic jitter; latency is virtual (reported, not
+slept) unless sleep=True. Every reply carries meta["simulated"] = True. Reading the gold answer is what makes
+it a simulation; real experts (tools/experts/) see only the prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from typing import Any
+
+from orchestra.types import ToolContext
+from tools.experts.base import ExpertReply, PricedExpert, estimate_tokens
+from tools.pricing import PriceTable
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def unit_draw(*parts: Any) -> float:
+    """A deterministic uniform number in [0, 1) from the parts (stable across processes, unlike hash())."""
+    digest = hashlib.blake2b("\x1f".join(str(p) for p in parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def _norm(s: str) -> str:
+    return " ".join(str(s).strip().lower().split())
+
+
+def wrong_answer(answer: str, distractors: list[Any] | None, *key: Any) -> str:
+    """A plausible wrong answer: a listed distractor, else a perturbed copy of the gold one (never equal to it)."""
+    gold = _norm(answer)
+    options = [str(d) for d in (distractors or []) if _norm(d) != gold]
+    if options:
+        return options[int(unit_draw("distractor", *key) * len(options))]
+    a = str(answer).strip()
+    if _NUMBER.fullmatch(a):
+        delta = 1 + int(unit_draw("delta", *key) * 9)
+        sign = 1 if unit_draw("sign", *key) < 0.5 else -1
+        if "." in a:
+            return f"{float(a) + sign * delta * 0.1:.{len(a.split('.')[1])}f}"
+        return str(int(a) + sign * delta)
+    if len(a) == 1 and a.isalpha():  # a multiple-choice letter: another letter
+        letters = [c for c in "ABCDEFGHIJ" if c != a.upper()]
+        return letters[int(unit_draw("letter", *key) * len(letters))]
+    words = a.split()
+    if len(words) > 1:  # drop a word: wrong, but close
+        i = int(unit_draw("word", *key) * len(words))
+        return " ".join(words[:i] + words[i + 1:])
+    return (a[:-1] if len(a) > 2 else a + "x") or "unknown"
+
+
+def perturb_code(code: str, *key: Any) -> str:
+    """Change one number literal so the snippet runs but prints a wrong result."""
+    matches = list(_NUMBER.finditer(code))
+    if not matches:
+        return code + "\n# (simulated mistake)\nprint('unsure')"
+    m = matches[int(unit_draw("codepos", *key) * len(matches))]
+    new = str(int(float(m.group())) + 1 + int(unit_draw("codedelta", *key) * 5))
+    return code[:m.start()] + new + code[m.end():]
+
+
+class SimExpert(PricedExpert):
+    """SIMULATED expert: skill per task family, token and latency profile; priced like the real model."""
+
+    def __init__(self, name: str, model: str, prices: PriceTable, *, skill: dict[str, float],
+                 tokens_out: int = 300, latency_s: float = 2.0, max_tokens: int = 1024, seed: int = 0,
+                 sleep: bool = False, difficulty_slope: float = 0.5, context_boost: float = 0.8,
+                 jitter: float = 0.25):
+        super().__init__(name, model, prices, max_tokens, latency_s)
+        for family, value in skill.items():
+            if not 0.0 <= float(value) <= 1.0:
+                raise ValueError(f"expert {name}: skill[{family!r}] must be in [0, 1], got {value!r}")
+        self.skill = {k: float(v) for k, v in skill.items()}
+        self.tokens_out, self.seed, self.sleep = int(tokens_out), seed, sleep
+        self.difficulty_slope, self.context_boost, self.jitter = difficulty_slope, context_boost, jitter
+
+    def p_correct(self, ctx: ToolContext) -> float:
+        """The configured chance that this expert is right for ctx's task (and context)."""
+        task = ctx.task
+        family = task.meta.get("family", "default")
+        base = self.skill.get(family, self.skill.get("default", 0.5))
+        difficulty = min(max(int(task.meta.get("difficulty", 1)), 1), 3)
+        p = base ** (1 + self.difficulty_slope * (difficulty - 1))
+        gold = _norm(task.answer)
+        # whole-token match: a gold "4" must not be found inside "42"
+        found = re.compile(rf"(?<![\w.]){re.escape(gold)}(?![\w]|\.\d)") if gold else None
+        if found and any(found.search(_norm(t)) for t in list(ctx.documents) + list(ctx.code_outputs)):
+            p = p + (1 - p) * self.context_boost
+        return p
+
+    def _jitter(self, value: float, *key: Any) -> float:
+        return value * (1 + self.jitter * (2 * unit_draw(*key) - 1))
+
+    def _text(self, purpose: str, correct: bool, ctx: ToolContext, key: tuple) -> tuple[str, str | None]:
+        task = ctx.task
+        if purpose == "query":
+            problem = " ".join(task.problem.split())
+            if correct:
+                return f"<query>{problem}</query>", None
+            words = problem.split()  # a vaguer query: the opening words only
+            return f"<query>{' '.join(words[:max(2, len(words) // 3)])}</query>", None
+        if purpose == "code":
+            code = task.meta.get("code")
+            if correct:
+                code = code or f"print({task.answer!r})  # simulated derivation"
+            elif code:
+                code = perturb_code(code, *key)
+            else:
+                code = f"print({wrong_answer(task.answer, task.meta.get('distractors'), *key)!r})"
+            return f"Simulated expert code:\n```python\n{code}\n```", None
+        answer = task.answer if correct else wrong_answer(task.answer, task.meta.get("distractors"), *key)
+        return f"(simulated {self.name}) The answer is \\boxed{{{answer}}}", str(answer)
+
+    async def complete(self, messages: list[Any], max_tokens: int | None = None, ctx: ToolContext | None = None,
+                       *, purpose: str = "answer") -> ExpertReply:
+        if ctx is None:
+            return ExpertReply("", error=f"simulated expert {self.name} needs the task context",
+                               meta={"model": self.name, "simulated": True})
+        key = (self.seed, ctx.task.id, self.name, ctx.attempt, purpose)
+        p = self.p_correct(ctx)
+        correct = unit_draw("correct", *key) < p
+        text, answer = self._text(purpose, correct, ctx, key)
+        cap = int(max_tokens or self.max_tokens)
+        t_out = min(cap, max(1, round(self._jitter(self.tokens_out, "tokens", *key))))
+        t_in = estimate_tokens(messages)
+        latency = max(self._jitter(self.latency_s, "latency", *key), 0.0)
+        if self.sleep:
+            await asyncio.sleep(latency)
+        meta = {"model": self.name, "simulated": True, "sim_correct": correct, "p_correct": p}
+        if answer is not None:
+            meta["answer"] = answer
+        return ExpertReply(text, tokens_in=t_in, tokens_out=t_out, latency_s=latency,
+                           cost_usd=self.cost(t_in, t_out), meta=meta)

@@ -1,0 +1,1 @@
+"""The `retrieve` tool: passages, dense / BM25 / hybrid indexes and the FAISS index choice."""

@@ -1,0 +1,131 @@
+"""Hybrid retrieval: BM25 (bm25s) and dense (FAISS) rankings of the same passages, fused by reciprocal-rank fusion.
+
+RRF (Cormack et al. 2009) scores a passage by sum_i w_i / (rrf_k + rank_i) over the rankings it appears in
+(rank from 1). It needs no score calibration between BM25's unbounded scores and cosine similarities, which is why
+it is the fusion used here. `rrf_k = 60` is the paper's constant, fixed a priori; `dense_weight` is w_dense
+(w_bm25 = 1 - w_dense), 0.5 by default = plain RRF. Each ranking is read to `depth` hits (at least k).
+
+`feedback=1` (off by default) adds one second-hop round, as multi-hop retrievers do: the query followed by the title
+and text of the first round's top passage is searched both ways again, and the four rankings are fused. A question
+whose answer needs a second passage (a bridge entity named only in the first) finds it this way; it costs a second
+search per query, with a passage-long text to embed.
+
+Allow-lists go to both sub-searches, which filter inside their own search (tools/retrieval/retriever.py), so every fused
+hit is allowed and, because the dense side returns min(depth, allowed) hits, k allowed hits come back whenever k
+are allowed — the same contract as a single index.
+
+A saved hybrid index is a directory with `dense/` and `bm25/` (each a complete index directory) and its own
+`info.json`, written last so that a half-written directory is never loaded. Embedding, BM25 and FAISS details
+stay in tools/retrieval/retriever.py and tools/retrieval/indexes.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from tools.retrieval.retriever import BM25Index, DenseIndex, Embedder, Hit, Passage, atomic_write
+
+
+def rrf_fuse(rankings: list[list[Hit]], weights: list[float], k: int, rrf_k: int = 60) -> list[Hit]:
+    """The top k of several rankings of one query by weighted reciprocal-rank fusion; a hit's score becomes its
+    fused score. Ties go to the passage seen first (rankings in order), so the result is deterministic."""
+    fused: dict[str, float] = {}
+    first: dict[str, Hit] = {}
+    for ranking, weight in zip(rankings, weights, strict=True):
+        for rank, hit in enumerate(ranking, start=1):
+            fused[hit.doc_id] = fused.get(hit.doc_id, 0.0) + weight / (rrf_k + rank)
+            first.setdefault(hit.doc_id, hit)
+    order = sorted(fused, key=lambda d: -fused[d])  # stable: ties keep first-seen order
+    return [Hit(d, first[d].title, first[d].text, fused[d]) for d in order[:k]]
+
+
+class HybridIndex:
+    """BM25 + dense over the same passages, RRF-fused. Build with `build`, persist with `save` / `load`."""
+
+    kind = "hybrid"
+
+    def __init__(self, dense: DenseIndex, bm25: BM25Index, rrf_k: int = 60, dense_weight: float = 0.5,
+                 depth: int = 100, feedback: int = 0):
+        if not 0.0 <= dense_weight <= 1.0:
+            raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
+        if rrf_k < 1 or depth < 1:
+            raise ValueError(f"rrf_k and depth must be >= 1, got {rrf_k}, {depth}")
+        if feedback not in (0, 1):
+            raise ValueError(f"feedback must be 0 (one round) or 1 (a second-hop round), got {feedback}")
+        self.dense, self.bm25 = dense, bm25
+        self.rrf_k, self.dense_weight, self.depth = int(rrf_k), float(dense_weight), int(depth)
+        self.feedback = int(feedback)
+
+    @property
+    def passages(self) -> list[Passage]:
+        return self.dense.passages
+
+    def __len__(self) -> int:
+        return len(self.dense)
+
+    def build(self, passages: list[Passage], progress: Callable[[int], None] | None = None,
+              vectors=None) -> HybridIndex:
+        """Index `passages` both ways; `vectors` (normalised embeddings) skips the embedding, as in DenseIndex."""
+        self.dense.build(passages, progress=progress, vectors=vectors)
+        self.bm25.build(self.dense.passages)
+        return self
+
+    def search(self, queries: list[str], k: int = 10, allow_ids: Iterable[str] | None = None) -> list[list[Hit]]:
+        """Top-k fused hits per query; with `allow_ids`, only those documents can be returned."""
+        allow = list(allow_ids) if allow_ids is not None else None  # read twice below
+        depth = max(k, self.depth)
+        dense_rows = self.dense.search(queries, depth, allow)
+        bm25_rows = self.bm25.search(queries, depth, allow)
+        return self._rounds(queries, dense_rows, bm25_rows, k, allow)
+
+    def search_vectors(self, vectors, queries: list[str], k: int = 10,
+                       allow_ids: Iterable[str] | None = None) -> list[list[Hit]]:
+        """`search` with the query embeddings computed elsewhere (the texts still feed BM25)."""
+        allow = list(allow_ids) if allow_ids is not None else None
+        depth = max(k, self.depth)
+        dense_rows = self.dense.search_vectors(vectors, depth, allow)
+        return self._rounds(queries, dense_rows, self.bm25.search(queries, depth, allow), k, allow)
+
+    def fuse(self, dense_rows: list[list[Hit]], bm25_rows: list[list[Hit]], k: int) -> list[list[Hit]]:
+        weights = [self.dense_weight, 1.0 - self.dense_weight]
+        return [rrf_fuse([d, b], weights, k, self.rrf_k) for d, b in zip(dense_rows, bm25_rows, strict=True)]
+
+    def _rounds(self, queries: list[str], dense_rows: list[list[Hit]], bm25_rows: list[list[Hit]], k: int,
+                allow: list[str] | None) -> list[list[Hit]]:
+        """The first round's fusion, or with `feedback` the fusion of both rounds' four rankings."""
+        if not self.feedback:
+            return self.fuse(dense_rows, bm25_rows, k)
+        top = self.fuse(dense_rows, bm25_rows, 1)
+        hop = [f"{q} {row[0].title} {row[0].text}" if row else q for q, row in zip(queries, top, strict=True)]
+        depth = max(k, self.depth)
+        dense2, bm25_2 = self.dense.search(hop, depth, allow), self.bm25.search(hop, depth, allow)
+        weights = [self.dense_weight, 1.0 - self.dense_weight] * 2
+        return [rrf_fuse(list(rankings), weights, k, self.rrf_k)
+                for rankings in zip(dense_rows, bm25_rows, dense2, bm25_2, strict=True)]
+
+    def save(self, out_dir: str | Path) -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.dense.save(out / "dense")
+        self.bm25.save(out / "bm25")
+        info = {"kind": self.kind, "count": len(self), "rrf_k": self.rrf_k, "dense_weight": self.dense_weight,
+                "depth": self.depth, "feedback": self.feedback}
+        atomic_write(out / "info.json", lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1)))
+        return out
+
+    @classmethod
+    def load(cls, index_dir: str | Path, embedder: Embedder) -> HybridIndex:
+        index_dir = Path(index_dir)
+        info_path = index_dir / "info.json"
+        if not info_path.is_file():
+            raise FileNotFoundError(f"{index_dir} is not a finished index directory (no info.json)")
+        info = json.loads(info_path.read_text())
+        if info.get("kind") != cls.kind:
+            raise ValueError(f"{index_dir} holds a {info.get('kind')!r} index, not {cls.kind!r}")
+        dense, bm25 = DenseIndex.load(index_dir / "dense", embedder), BM25Index.load(index_dir / "bm25")
+        if [p["id"] for p in dense.passages] != [p["id"] for p in bm25.passages] or len(dense) != info["count"]:
+            raise ValueError(f"{index_dir}: dense/ and bm25/ do not hold the same {info['count']} passages")
+        return cls(dense, bm25, rrf_k=info["rrf_k"], dense_weight=info["dense_weight"], depth=info["depth"],
+                   feedback=info.get("feedback", 0))
