@@ -1,6 +1,6 @@
 """Rollout worker: holds one engine and runs many episodes at once through the shared agent loop.
 
-A plain class; cluster/train.py makes it a Ray actor (resources from config) with a readable name.
+A plain class; cluster/launch.py makes it a Ray actor (resources from config) with a readable name.
 Episodes run concurrently as asyncio tasks, so the HF engine batches their generate calls while tool calls
 (tool-server actors, or in-process tools) are in flight. Each finished trajectory is handed to the reward
 actor at once (streaming: a group is scored as soon as its last member arrives, wherever it ran), and the
@@ -39,7 +39,7 @@ def build_engine(model: Any, tokenizer: Any, kind: str, engine_kwargs: dict[str,
         return getattr(importlib.import_module(module), attr)(model, tokenizer, **engine_kwargs)
     if kind == "vllm":  # cluster/launch.py refuses it before any actor starts
         raise ValueError("rollout workers run engine.kind=hf (or a factory); vLLM rollouts go through backend=verl")
-    from orchestra.engine import HFEngine
+    from orchestra.engine.hf import HFEngine
 
     return HFEngine.from_model(model, tokenizer, **engine_kwargs)
 
@@ -50,7 +50,8 @@ class RolloutWorker:
                  tool_handles: dict[str, Any] | None = None, zoo: dict[str, Any] | None = None,
                  corpus_path: str = "", tool_timeout_s: float = 60.0, tool_max_in_flight: int = 0,
                  reward_actor: Any = None, torch_threads: int = 0, tau2: dict[str, Any] | None = None):
-        from orchestra.policy.models import eos_token_ids, load_policy, set_torch_threads
+        from orchestra.policy.models import load_policy, set_torch_threads
+        from orchestra.policy.tokenizer import eos_token_ids
 
         set_torch_threads(torch_threads)
         self.worker_id = worker_id
@@ -150,7 +151,7 @@ class RolloutWorker:
     def _tau2_driver(self, task: Task) -> Any:
         """The τ² episode driver of the task's domain (built on first use; shared by concurrent episodes,
         which are kept apart by episode id)."""
-        from orchestra.policy.models import eos_token_ids
+        from orchestra.policy.tokenizer import eos_token_ids
 
         domain = str(task.meta.get("tau2_domain") or task.data_source.split("/", 1)[1])
         driver = self._tau2_drivers.get(domain)

@@ -38,7 +38,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from orchestra.agent.prompt import Prompter  # noqa: E402
-from orchestra.engine import HFEngine, Sampling  # noqa: E402
+from orchestra.engine import Sampling  # noqa: E402
+from orchestra.engine.hf import HFEngine  # noqa: E402
 from orchestra.policy.models import load_policy  # noqa: E402
 from tests.helpers.fakes import make_task  # noqa: E402
 

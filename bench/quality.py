@@ -43,7 +43,7 @@ def has_checkpoint(run_dir: Path) -> bool:
 def figures(experiment: str, run_dir: Path, n: int, seeds: int, train: bool) -> dict[str, float] | None:
     from cluster.evaluate import build
     from orchestra.config import load_config
-    from orchestra.eval.runner import write_report
+    from orchestra.eval.report import write_report
 
     if not has_checkpoint(run_dir):
         if not train:

@@ -34,10 +34,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from tools.retrieval.bm25 import BM25Index  # noqa: E402
+from tools.retrieval.corpus import load_corpus  # noqa: E402
+from tools.retrieval.dense import DenseIndex, Embedder  # noqa: E402
 from tools.retrieval.hybrid import HybridIndex, rrf_fuse  # noqa: E402
 from tools.retrieval.indexes import new_index  # noqa: E402
 from tools.retrieval.indexes import search as faiss_search  # noqa: E402
-from tools.retrieval.retriever import BM25Index, DenseIndex, Embedder, load_corpus  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -54,7 +54,7 @@ class InstantRetriever:
                   "required": ["query"]}
 
     def schema(self, task: Any = None) -> dict[str, Any]:
-        from tools.base import function_schema
+        from orchestra.schema import function_schema
 
         return function_schema(self.name, self.description, self.parameters)
 

@@ -105,7 +105,7 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
         return engines
     from transformers import AutoModelForCausalLM
 
-    from orchestra.engine import HFEngine
+    from orchestra.engine.hf import HFEngine
     from orchestra.policy.models import load_policy, resolve_device
 
     m = cfg.model
@@ -123,8 +123,9 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
 def build(cfg: Any, own: dict[str, str]):
     """Everything the Evaluator needs: (evaluator, tasks, policies, preferences, seeds)."""
     from orchestra.agent.prompt import Prompter
-    from orchestra.eval.runner import BASELINES, Evaluator, tier_costs
-    from orchestra.policy.models import eos_token_ids
+    from orchestra.eval.baselines import BASELINES, tier_costs
+    from orchestra.eval.runner import Evaluator
+    from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.preferences import PRESETS, parse_preference
     from tools.base import LocalToolClient
     from tools.registry import Build, build_experts, build_tools
@@ -204,8 +205,8 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     from orchestra.agent.prompt import Prompter
     from orchestra.engine import Sampling
     from orchestra.engine.scripted import call_text, script_engine
-    from orchestra.eval.runner import tier_costs
-    from orchestra.policy.models import eos_token_ids
+    from orchestra.eval.baselines import tier_costs
+    from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.preferences import parse_preference
     from orchestra.tau2.domain import load_tasks
     from orchestra.tau2.evaluation import driver_factory, run_tau2_eval, summarize_tau2
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.progress import Progress
 
     from orchestra.config import load_config
-    from orchestra.eval.runner import write_report
+    from orchestra.eval.report import write_report
 
     own, overrides = split_args(list(sys.argv[1:] if argv is None else argv))
     cfg = load_config(overrides)

@@ -1,101 +1,11 @@
-"""SFT warm start: teach the policy the tool-call *format*, not the routing.
-
-Demonstrations are valid episodes whose tool choices are random over each task's catalogue (random tools,
-random tiers, then `answer` with a random tier), played through the real agent loop and tools so prompts and
-observations look exactly like RL's. The learner then minimises cross-entropy on the demonstrated responses.
-Because the choices are uniform, the warm-started policy is a format-correct *random* router: RL has to learn
-which tool and tier to use.
-
-`sft.candidates` k > 1 turns this into rejection sampling (as in rejection-sampling fine-tuning): each
-demonstration plays k random episodes of its task and keeps the one with the best scalar reward under the
-task's own preference (judged, priced, ties to the earlier). The warm start then already leans toward
-routes that pay off on the training tasks, in hindsight; RL still has to learn what can be known up front.
-
-`python -m cluster.sft [key=value ...]` runs SFT only (the training driver with `algo.steps=0`): it warm-starts,
-evaluates on the held-out split and writes a checkpoint.
+"""`python -m cluster.sft [key=value ...]`: the SFT warm start alone — the training driver with `algo.steps=0`:
+it warm-starts the policy on random-choice demonstrations (orchestra/data/demos.py), evaluates on the held-out
+split and writes a checkpoint.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-from orchestra.agent.loop import AgentLoop, ToolClient, episode_samples
-from orchestra.agent.prompt import Prompter
-from orchestra.engine import Sampling
-from orchestra.engine.scripted import random_episode, script_engine
-from orchestra.types import Task, Trajectory
-
-Scorer = Callable[[Trajectory, Task], Awaitable[float]]
-
-
-async def _demos(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_kwargs: dict[str, Any],
-                 agent_kwargs: dict[str, Any], eos_ids: list[int], n: int, seed: int, max_tokens: int,
-                 candidates: int = 1, scorer: Scorer | None = None) -> list[Any]:
-    rng = random.Random(f"sft:{seed}")
-    prompter = Prompter(tokenizer, **prompter_kwargs)
-    samples: list[Any] = []
-
-    async def play(i: int, k: int, task: Task, script: list[str]) -> Trajectory:
-        loop = AgentLoop(script_engine(tokenizer, script, eos_ids[0]), tools, prompter, eos_token_ids=eos_ids,
-                         **agent_kwargs)
-        return await loop.run(task, Sampling(max_tokens=max_tokens), uid=f"sft-{i}-{k}")
-
-    async def one(i: int) -> list[Any]:
-        task, choice_rng = tasks[i % len(tasks)], random.Random(rng.random())  # drawn before any await: same order
-        warm = getattr(tools, "aschemas", None)  # remote catalogues: fetch without blocking the event loop
-        schemas = await warm(task) if warm is not None else tools.schemas(task)
-        scripts = [random_episode(task, schemas, choice_rng) for _ in range(candidates)]
-        trajs = await asyncio.gather(*(play(i, k, task, s) for k, s in enumerate(scripts)))
-        traj = trajs[0]
-        if len(trajs) > 1 and scorer is not None:
-            scores = await asyncio.gather(*(scorer(t, task) for t in trajs))
-            traj = trajs[max(range(len(trajs)), key=lambda k: (scores[k], -k))]
-        return [s for s, turn in zip(episode_samples(traj), traj.turns) if turn.format_ok]
-
-    for start in range(0, n, 64):
-        for part in await asyncio.gather(*(one(i) for i in range(start, min(n, start + 64)))):
-            samples.extend(part)
-    return samples
-
-
-def demo_samples(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_kwargs: dict[str, Any],
-                 agent_kwargs: dict[str, Any], eos_ids: list[int], n: int, seed: int,
-                 max_tokens: int = 96, candidates: int = 1, scorer: Scorer | None = None) -> list[Any]:
-    """`n` random-choice demonstration episodes -> training samples (orchestra.agent.loop.Sample); with
-    `candidates` > 1, each the best of that many under `scorer` (needed then)."""
-    if not tasks:
-        raise ValueError("SFT needs at least one task")
-    if candidates > 1 and scorer is None:
-        raise ValueError("rejection-sampled demonstrations (candidates > 1) need a scorer")
-    return asyncio.run(_demos(tasks, tools, tokenizer, prompter_kwargs, agent_kwargs, eos_ids, n, seed, max_tokens,
-                              candidates, scorer))
-
-
-def sft_batches(samples: list[Any], steps: int, batch_size: int, seed: int) -> list[list[Any]]:
-    """Shuffled epochs of the demonstrations cut into `steps` batches (deterministic)."""
-    rng = random.Random(f"sft-batches:{seed}")
-    order: list[int] = []
-    batches = []
-    for _ in range(steps):
-        if len(order) < batch_size:
-            epoch = list(range(len(samples)))
-            rng.shuffle(epoch)
-            order += epoch
-        batches.append([samples[j] for j in order[:batch_size]])
-        del order[:batch_size]
-    return batches
-
-
-def sft_lr(cfg: Any, step: int) -> float:
-    """Linear decay from cfg.lr to cfg.lr x cfg.min_lr_ratio over cfg.steps (step counts from 0): the late,
-    small steps let the policy settle on the demonstrations' choice *distribution* (uniform tiers) instead of
-    ending on the last batches' noise."""
-    frac = step / max(1, cfg.steps - 1)
-    return cfg.lr * (1.0 - (1.0 - cfg.min_lr_ratio) * frac)
 
 
 def main(argv: list[str] | None = None) -> int:

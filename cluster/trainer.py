@@ -23,7 +23,7 @@ from rich.console import Console
 
 from actors import metrics as dashboard
 from cluster import launch
-from cluster.train import Bars, Phases, describe, run_dir
+from cluster.progress import Bars, Phases, describe
 from orchestra.agent.loop import episode_samples
 from orchestra.config import ExperimentConfig, task_tiers, to_yaml
 from orchestra.data.tasks import build_task_set, load_corpus, load_tasks, save_corpus, save_tasks
@@ -54,7 +54,7 @@ class Trainer:
     def __init__(self, cfg: ExperimentConfig, console: Console | None = None):
         self.cfg, self.console = cfg, console or Console()
         self.bars = Bars(self.console)
-        self.dir = run_dir(cfg)
+        self.dir = Path(cfg.run_dir).expanduser().resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.phases = Phases()
         self.started = time.perf_counter()
@@ -202,8 +202,9 @@ class Trainer:
     # ------------------------------------------------------------------ SFT
     def sft(self) -> dict[str, float]:
         from actors.tool_server import RayToolClient
-        from cluster.sft import demo_samples, sft_batches, sft_lr
-        from orchestra.policy.models import eos_token_ids, load_tokenizer
+        from orchestra.data.demos import demo_samples, sft_batches, sft_lr
+        from orchestra.policy.models import load_tokenizer
+        from orchestra.policy.tokenizer import eos_token_ids
         from reward.score import score_episode
 
         c = self.cfg

@@ -5,7 +5,7 @@ A tool is any object with `name`, `description`, `parameters` (JSON schema), `sc
 or remote failures: they return `ToolResult.failure(...)`, which the model reads as an observation.
 
 `guarded_call` is the single mechanism shared by in-process clients, tool-server actors, Serve and verl:
-argument validation against the schema (naming the field), the hard budget check (a call whose cost bound
+argument validation against the schema (naming the field; orchestra/schema.py), the hard budget check (a call whose cost bound
 exceeds what is left is refused before it is made), and exception capture for tool bugs.
 Retries, timeouts, rate limits and caching belong to actors/tool_server.py.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol, runtime_checkable
 
+from orchestra.schema import check_arguments
 from orchestra.types import Task, ToolCall, ToolContext, ToolResult
 
 
@@ -33,29 +34,6 @@ class Tool(Protocol):
         ...
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult: ...
-
-
-def function_schema(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
-
-
-def check_arguments(parameters: dict[str, Any], args: Any) -> str | None:
-    """Validate `args` against a JSON schema; return None or a message naming the offending field."""
-    if not isinstance(args, dict):
-        return f"arguments must be a JSON object, got {type(args).__name__}"
-    import jsonschema  # lazy: only tool callers need it
-
-    validator = jsonschema.Draft202012Validator(parameters)
-    errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
-    if not errors:
-        return None
-    err = errors[0]
-    where = ".".join(str(p) for p in err.absolute_path)
-    if err.validator == "required":
-        return f"missing required field: {err.message.split(' ')[0]}"
-    if err.validator == "additionalProperties":
-        return f"unexpected field: {err.message}"
-    return f"field {where or '(root)'!r}: {err.message}"
 
 
 async def guarded_call(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolResult:

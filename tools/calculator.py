@@ -14,8 +14,8 @@ import ast
 import time
 from typing import Any
 
+from orchestra.schema import function_schema
 from orchestra.types import Task, ToolContext, ToolResult
-from tools.base import function_schema
 
 MAX_CHARS = 1000
 MAX_RESULT_BITS = 20_000  # an integer result of up to ~6,000 digits

@@ -20,8 +20,9 @@ import math
 import sys
 from typing import Any
 
+from orchestra.schema import check_arguments
 from orchestra.types import Task, ToolContext, ToolResult
-from tools.base import Tool, check_arguments, guarded_call
+from tools.base import Tool, guarded_call
 
 _WRONG_TYPE = {"string": 12345, "integer": "not a number", "number": "not a number", "boolean": "maybe",
                "array": "not a list", "object": "not an object"}
@@ -158,7 +159,8 @@ def check_registry(tools: dict[str, Any], offline_ok: bool = True) -> dict[str, 
 
 
 def _demo_retriever() -> Any:
-    from tools.retrieval.retriever import BM25Index, Retriever
+    from tools.retrieval.bm25 import BM25Index
+    from tools.retrieval.retriever import Retriever
 
     demo = [{"id": "paris", "title": "Paris", "text": "Paris is the capital and largest city of France."},
             {"id": "fuji", "title": "Mount Fuji", "text": "Mount Fuji is the highest mountain in Japan."},

@@ -21,8 +21,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestra.schema import function_schema
 from orchestra.types import Task, ToolContext, ToolResult
-from tools.base import Tool, function_schema, guarded_call
+from tools.base import Tool, guarded_call
 from tools.experts.base import Expert, ExpertReply, bound_tokens
 
 MTOK = 1_000_000

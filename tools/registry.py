@@ -19,7 +19,8 @@ from typing import Any
 
 from orchestra.config import ConfigError, ExpertConfig, ZooConfig
 from tools.base import Tool
-from tools.experts.base import Expert, OpenAIExpert
+from tools.experts.base import Expert
+from tools.experts.openai import OpenAIExpert
 from tools.pricing import PriceTable, UnknownModelError
 
 

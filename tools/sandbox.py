@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestra.schema import function_schema
 from orchestra.types import Task, ToolContext, ToolResult
-from tools.base import function_schema
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestra.schema import function_schema
 from orchestra.types import Task, ToolContext, ToolResult
-from tools.base import function_schema
 
 CACHE_VERSION = 1
 

@@ -367,7 +367,8 @@ def build_service(settings: ServeSettings) -> OrchestraService:
     """Production wiring: experiment config -> policy + engine + zoo tools (+ tool-server actors) -> service."""
     from orchestra.agent.prompt import Prompter
     from orchestra.config import load_config
-    from orchestra.policy.models import eos_token_ids, load_policy
+    from orchestra.policy.models import load_policy
+    from orchestra.policy.tokenizer import eos_token_ids
 
     cfg = load_config([f"experiment={settings.experiment}", *settings.overrides])
     m = cfg.model
@@ -383,7 +384,7 @@ def build_service(settings: ServeSettings) -> OrchestraService:
         engine: Any = VLLMEngine(path, dtype=m.dtype, max_model_len=cfg.engine.max_model_len,
                                  gpu_memory_utilization=cfg.engine.gpu_memory_utilization, seed=cfg.seed)
     else:
-        from orchestra.engine import HFEngine
+        from orchestra.engine.hf import HFEngine
 
         model, tok = load_policy(name, tiny=m.tiny, dtype=m.dtype, device=m.device,
                                  attn_implementation=m.attn_implementation, cache_dir=m.cache_dir,

@@ -1,9 +1,9 @@
-"""Range checks of a composed ExperimentConfig (orchestra/config/ holds the schema and the loading): every
+"""Range checks of a composed ExperimentConfig (the schema is orchestra/config/schema.py, loading load.py): every
 failure raises ConfigError naming the key, before any actor starts."""
 
 from __future__ import annotations
 
-from orchestra.config import ConfigError, ExperimentConfig, MCPServerConfig
+from orchestra.config.schema import ConfigError, ExperimentConfig, MCPServerConfig
 
 
 def validate(cfg: ExperimentConfig) -> None:

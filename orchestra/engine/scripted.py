@@ -1,8 +1,8 @@
 """Scripted policies: engines whose "generation" is a tool call chosen by a rule, tokenized like real output.
 
 They let fixed routers run through the very same agent loop, tools and accounting as the learned policy:
-SFT demonstrations (random tool choices over the task's catalogue, cluster/sft.py) and evaluation baselines
-(always-strongest, always-cheapest, random, heuristic, oracle; orchestra/eval/runner.py). A `Router` maps the
+SFT demonstrations (random tool choices over the task's catalogue, orchestra/data/demos.py) and evaluation baselines
+(always-strongest, always-cheapest, random, heuristic, oracle; orchestra/eval/baselines.py). A `Router` maps the
 episode state to the next call; `RouterEngine` turns that into token ids ending with the end-of-turn token.
 Logprobs are 0.0 (a script is deterministic); nothing here is trained.
 """
@@ -106,7 +106,7 @@ def plan_engine(model: Any, tokenizer: Any, *, plan: list[str], eos_token_id: in
     if not steps:
         raise ValueError("plan is empty")
     if eos_token_id is None:
-        from orchestra.policy.models import eos_token_ids
+        from orchestra.policy.tokenizer import eos_token_ids
 
         eos_token_id = eos_token_ids(tokenizer)[0]
 

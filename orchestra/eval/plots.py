@@ -1,7 +1,7 @@
 """PNG plots: the Pareto frontier (accuracy vs $), the tool-call mix per policy, and training curves.
 
 - `plot_pareto(rows, path)`: one point per baseline and one per preference preset for the orchestrator
-  (rows from orchestra.eval.runner.summarize), 95% CI bars, and the fixed routers' frontier as a dashed line.
+  (rows from orchestra.eval.stats.summarize), 95% CI bars, and the fixed routers' frontier as a dashed line.
 - `plot_tool_mix(rows, path)`: stacked bars of the share of calls per tool id for each policy (as the
   ToolOrchestra paper's Figure 3).
 - `plot_training(metrics_jsonl_path, out_dir)`: reward, accuracy and $ over steps (train rows; held-out
@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from orchestra.eval.baselines import BASELINES, FIXED_ROUTERS
+from orchestra.eval.stats import frontier
 from orchestra.rundir.tracking import read_metrics
 
 
@@ -31,8 +33,6 @@ def _label(r: dict[str, Any]) -> str:
 
 
 def plot_pareto(rows: list[dict[str, Any]], path: str | Path) -> Path:
-    from orchestra.eval.runner import BASELINES, FIXED_ROUTERS, frontier
-
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     base = [r for r in rows if r["policy"] in BASELINES]

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestra.agent.parse import parse
+from orchestra.schema import function_schema
 from orchestra.types import Task, ToolCall, ToolContext, ToolResult
-from tools.base import function_schema, guarded_call
+from tools.base import guarded_call
 from tools.experts.base import bound_tokens
 
 MTOK = 1_000_000

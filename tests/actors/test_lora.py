@@ -11,7 +11,7 @@ import torch
 
 from actors.learner import Learner
 from actors.rollout_worker import RolloutWorker
-from orchestra.engine import HFEngine
+from orchestra.engine.hf import HFEngine
 from orchestra.policy import lora
 from tests.actors.test_learner import PAD, make_samples, tiny_qwen3
 

@@ -1,4 +1,4 @@
-"""SFT demonstrations (cluster/sft.py): plain random episodes, and rejection sampling (sft.candidates > 1)
+"""SFT demonstrations (orchestra/data/demos.py): plain random episodes, and rejection sampling (sft.candidates > 1)
 keeping the best-scoring of k random episodes per demonstration, ties to the earliest."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from cluster.sft import demo_samples
+from orchestra.data.demos import demo_samples
 from orchestra.data.synth.template import generate_tasks
 from tests.helpers.fakes import ByteTokenizer
 

@@ -92,8 +92,8 @@ def test_task_order_is_a_function_of_seed_and_step():
 
 
 def test_sft_lr_decays_linearly_to_its_floor():
-    from cluster.sft import sft_lr
     from orchestra.config import SFTConfig
+    from orchestra.data.demos import sft_lr
 
     cfg = SFTConfig(steps=5, lr=1e-3, min_lr_ratio=0.1)
     assert [round(sft_lr(cfg, i), 6) for i in range(5)] == [1e-3, 7.75e-4, 5.5e-4, 3.25e-4, 1e-4]

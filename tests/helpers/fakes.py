@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.engine import Generation, Sampling
+from orchestra.schema import function_schema
 from orchestra.types import Task, ToolContext, ToolResult
-from tools.base import function_schema
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "orchestra" / "policy" / "templates" / "chatml_tools.jinja"
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>",

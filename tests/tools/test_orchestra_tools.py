@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from orchestra.config import ConfigError, load_config
+from orchestra.schema import check_arguments
 from orchestra.types import Task, ToolContext, ToolResult
-from tools.base import LocalToolClient, check_arguments, guarded_call
+from tools.base import LocalToolClient, guarded_call
 from tools.orchestra_tools import ToolPrompts, extract_answer
 from tools.registry import TOOL_BUILDERS, build_experts, build_tools, register_tool
 

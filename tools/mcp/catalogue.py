@@ -1,6 +1,6 @@
 """MCP servers as tools: each tool of a configured MCP server becomes one of our Tool objects.
 
-`zoo.mcp_servers` (orchestra/config/ MCPServerConfig) names servers reached over stdio (a subprocess) or
+`zoo.mcp_servers` (orchestra.config.MCPServerConfig) names servers reached over stdio (a subprocess) or
 streamable HTTP (tools/mcp/client.py, on the official `mcp` SDK). A server's tool `add` joins the catalogue as
 `<server>__add` when `zoo.tools` names it, with the server's own inputSchema as its parameters and its price
 per call and typical latency from config; tools/registry.py builds it like any other tool, so the tool-server
@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sys
 import time
 from typing import Any
 
 from orchestra.config import ConfigError, MCPServerConfig
 from orchestra.config.checks import check_mcp_servers
+from orchestra.schema import function_schema
 from orchestra.types import Task, ToolContext, ToolResult
-from tools.base import function_schema
 from tools.mcp.client import MCPCallError, MCPConnection
 
 log = logging.getLogger(__name__)
@@ -183,17 +182,3 @@ class MCPCatalogue:
         return MCPTool(name, t.name, t.description or "", dict(t.input_schema), self.connections[server],
                        price_usd=price, latency_s=latency, timeout_s=cfg.timeout_s,
                        max_output_chars=cfg.max_output_chars)
-
-
-def main(argv: list[str]) -> None:
-    """`python -m tools.mcp [config overrides]`: print the MCP tools a config's servers offer, to name in
-    zoo.tools (skipped tools are logged with the reason)."""
-    from orchestra.config import load_config
-
-    logging.basicConfig(level=logging.WARNING)
-    for name in MCPCatalogue(load_config(argv).zoo.mcp_servers).names():
-        print(name)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

@@ -10,13 +10,13 @@ and text of the first round's top passage is searched both ways again, and the f
 whose answer needs a second passage (a bridge entity named only in the first) finds it this way; it costs a second
 search per query, with a passage-long text to embed.
 
-Allow-lists go to both sub-searches, which filter inside their own search (tools/retrieval/retriever.py), so every fused
+Allow-lists go to both sub-searches, which filter inside their own search (tools/retrieval/dense.py, bm25.py), so every fused
 hit is allowed and, because the dense side returns min(depth, allowed) hits, k allowed hits come back whenever k
 are allowed — the same contract as a single index.
 
 A saved hybrid index is a directory with `dense/` and `bm25/` (each a complete index directory) and its own
 `info.json`, written last so that a half-written directory is never loaded. Embedding, BM25 and FAISS details
-stay in tools/retrieval/retriever.py and tools/retrieval/indexes.py.
+stay in tools/retrieval/dense.py, bm25.py and indexes.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tools.retrieval.retriever import BM25Index, DenseIndex, Embedder, Hit, Passage, atomic_write
+from tools.retrieval.bm25 import BM25Index
+from tools.retrieval.corpus import Hit, Passage, atomic_write
+from tools.retrieval.dense import DenseIndex, Embedder
 
 
 def rrf_fuse(rankings: list[list[Hit]], weights: list[float], k: int, rrf_k: int = 60) -> list[Hit]:

@@ -12,7 +12,7 @@ back whenever k are allowed. HNSW accepts a selector (`SearchParametersHNSW.sel`
 steer the graph walk, so a small allow-list is mostly never reached (measured: 0 of 5 allowed ids returned at
 efSearch 64 on 100k vectors). Filtered HNSW searches therefore run on the index's own flat storage — the same
 vectors, exact, no copy; allow-lists are per task and small. IVF probes every list when filtering, for the same
-reason. This module knows nothing about passages or embeddings (tools/retrieval/retriever.py).
+reason. This module knows nothing about passages or embeddings (tools/retrieval/corpus.py, dense.py).
 """
 
 from __future__ import annotations

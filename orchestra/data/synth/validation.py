@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any
 
+from orchestra.schema import check_arguments  # the same JSON-schema check as real tools
+
 TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool}
 KINDS = ("get", "find", "update")
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -109,8 +111,6 @@ def check_tool(spec: Any, schema: dict[str, Any]) -> str | None:
 def execute(spec: dict[str, Any], schema: dict[str, Any], db: dict[str, dict[str, dict[str, Any]]],
             args: dict[str, Any]) -> tuple[Any, str | None]:
     """Run one tool call on `db` (mutating for update): (output, None) or (None, error)."""
-    from tools.base import check_arguments  # jsonschema validation, shared with real tools
-
     err = check_arguments(tool_parameters(spec, schema), args)
     if err:
         return None, f"{spec['name']}: {err}"

@@ -1,4 +1,4 @@
-"""Evaluation harness (orchestra/eval/runner.py) and plots (orchestra/eval/plots.py) on a tiny simulated run."""
+"""Evaluation harness (orchestra/eval/: runner, baselines, stats, report) and plots (orchestra/eval/plots.py) on a tiny simulated run."""
 
 import asyncio
 import dataclasses
@@ -11,18 +11,11 @@ import pytest
 
 from orchestra.agent.prompt import Prompter
 from orchestra.data.synth.template import generate_tasks
+from orchestra.eval.baselines import baseline_script, tier_costs
 from orchestra.eval.plots import plot_training
-from orchestra.eval.runner import (
-    Evaluator,
-    baseline_script,
-    frontier,
-    mean_ci,
-    on_frontier,
-    quality_figures,
-    summarize,
-    tier_costs,
-    write_report,
-)
+from orchestra.eval.report import quality_figures, write_report
+from orchestra.eval.runner import Evaluator
+from orchestra.eval.stats import frontier, mean_ci, on_frontier, summarize
 from orchestra.preferences import PRESETS
 from tests.helpers.fakes import ByteTokenizer, ScriptedEngine, call_text
 

