@@ -30,7 +30,6 @@ LAYERS = {"core": 0, "tools": 1, "reward": 1, "integrations": 2, "actors": 3, "c
 KNOWN = {
     ("orchestra.data.tasks", "orchestra.tau2.domain"): "task sources become a registry",
     ("orchestra.data.tasks", "orchestra.tau2.evaluation"): "task sources become a registry",
-    ("orchestra.policy.tokenizer", "tools.registry"): "the tiny tokenizer's text stops depending on tools",
     ("reward.score", "orchestra.tau2.reward"): "judges by data source become a registry",
 }
 

@@ -1,8 +1,10 @@
 """Tokenizers: the tiny policy's byte-level BPE, the ChatML+tools template, and the ids that end a turn.
 
 - The tiny tokenizer is trained at first use on the project's own text (`corpus_text` below) and cached under
-  `cache_dir/tiny-tokenizer-<hash of text + vocab size>/`. Editing that text (a zoo YAML, the system prompt)
-  changes the hash and so trains a new tokenizer: a checkpoint keeps working because it stores its own.
+  `cache_dir/tiny-tokenizer-<hash of text + vocab size>/`. The text is built from core and the conf/ files
+  only, never from tools that may or may not build in a process, so it is the same everywhere. Editing it (a
+  zoo YAML, the system prompt) changes the hash and so trains a new tokenizer: a checkpoint keeps working
+  because it stores its own.
 - The embedded policies use our ChatML+tools template (orchestra/policy/templates/chatml_tools.jinja);
   `finish_tokenizer` sets it (or a `chat_template` override: a jinja file path or the template text) and a pad
   token on any tokenizer.
@@ -72,34 +74,27 @@ _SUBJECTS = ("Paris France Berlin Germany Tokyo Japan Nile Amazon Einstein Curie
              "Mars Jupiter Everest Pacific Atlantic Rome Egypt China India Brazil Canada").split()
 
 
-def _tool_schemas(tiers: list[str], prices: dict[str, str]) -> list[dict[str, Any]]:
-    def tiered(name: str, what: str, prefix: str, extra: dict[str, Any]) -> dict[str, Any]:
+def _tool_schemas(tiers: list[str], prices: dict[str, tuple[float, float, float]]) -> list[dict[str, Any]]:
+    """The default catalogue's shape as prompts render it (tools/orchestra_tools.py, tools/calculator.py), built
+    here from the zoo files alone, so BPE learns its merges and the training text never depends on whether the
+    tools can be built in this process. Prices the zoo files leave to genai-prices are placeholders."""
+    def tiered(name: str, summary: str, prefix: str) -> dict[str, Any]:
         own = [t for t in tiers if t.startswith(prefix)] or tiers
-        desc = f"{what} Tiers: " + "; ".join(f"{t} ({prices.get(t, 'price unknown')})" for t in own) + "."
-        props = {"model": {"type": "string", "enum": own, "description": "which expert tier to use"}, **extra}
-        return {"type": "function", "function": {"name": name, "description": desc, "parameters": {
-            "type": "object", "properties": props, "required": ["model"]}}}
+        lines = "; ".join(f"{t} ${prices[t][0]:g}/${prices[t][1]:g} ~{prices[t][2]:g}s" if t in prices
+                          else f"{t}: unavailable" for t in own)
+        props = {"model": {"type": "string", "enum": own, "description": "tier id of the expert model"}}
+        return {"type": "function", "function": {"name": name, "description": f"{summary} Tiers ($/M tokens "
+                f"in/out, latency): {lines}.", "parameters": {"type": "object", "properties": props,
+                                                             "required": ["model"], "additionalProperties": False}}}
 
-    query = {"query": {"type": "string", "description": "what to look for"}}
-    return [tiered("search", "Retrieve documents relevant to the problem.", "search", query),
-            tiered("enhance_reasoning", "Write and run Python code to reason about the problem.", "reasoner", {}),
-            tiered("answer", "Give the final answer; ends the episode.", "answer", {}),
-            {"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic "
-             "expression exactly.", "parameters": {"type": "object", "properties": {"expression": {
-                 "type": "string"}}, "required": ["expression"]}}}]
-
-
-def _real_tool_schemas() -> list[dict[str, Any]]:
-    """The default zoo's tool schemas exactly as prompts render them (so BPE learns their merges); [] if the
-    tools cannot be built here. Imported lazily: tools/ depends on orchestra/, not the other way round."""
-    try:
-        from orchestra.config import load_config
-        from tools.registry import build_tools
-
-        tools = build_tools(load_config().zoo, names=["search", "enhance_reasoning", "answer", "calculator"])
-        return [t.schema(None) for t in tools.values()]
-    except Exception:  # a broken zoo must not stop tokenizer training; the generic schemas still work
-        return []
+    return [tiered("search", "Search: an expert writes a query; retrieved passages come back.", "search"),
+            tiered("enhance_reasoning", "Code: an expert writes Python; the sandbox runs it.", "reasoner"),
+            tiered("answer", "Answer: an expert gives the final answer (ends the episode).", "answer"),
+            {"type": "function", "function": {"name": "calculator", "description": "Evaluate one arithmetic "
+             "expression exactly, e.g. '(3/7 + 2^10) * sqrt(2)'. Returns the exact value and a decimal "
+             "approximation.", "parameters": {"type": "object", "properties": {"expression": {
+                 "type": "string", "description": "the expression to evaluate"}}, "required": ["expression"],
+                 "additionalProperties": False}}}]
 
 
 def corpus_text() -> str:
@@ -115,7 +110,7 @@ def corpus_text() -> str:
     rng = random.Random(0)
     parts: list[str] = [chatml_template(), DEFAULT_SYSTEM]
     tiers: list[str] = []
-    prices: dict[str, str] = {}
+    prices: dict[str, tuple[float, float, float]] = {}
     for path in sorted((CONF_DIR / "zoo").glob("*.yaml")):
         raw = path.read_text()
         parts.append(raw)
@@ -124,8 +119,8 @@ def corpus_text() -> str:
         for tier, expert in (zoo.get("tiers") or {}).items():
             tiers.append(tier)
             e = experts.get(expert) or {}
-            prices[tier] = (f"{expert}, ${e.get('price_in_per_mtok', 1.0)}/${e.get('price_out_per_mtok', 4.0)} "
-                            f"per million tokens, ~{e.get('latency_s', 2.0)}s")
+            prices[tier] = (float(e.get("price_in_per_mtok") or 1.0), float(e.get("price_out_per_mtok") or 4.0),
+                            float(e.get("latency_s", 2.0)))
     tiers = sorted(set(tiers)) or ["answer-1"]
     for tier in tiers:
         name = tier.rsplit("-", 1)[0].replace("reasoner", "enhance_reasoning").replace("answer-math", "answer")
@@ -145,7 +140,7 @@ def corpus_text() -> str:
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = json.dumps
     template = env.from_string(chatml_template())
-    schemas = _real_tool_schemas() or _tool_schemas(tiers, prices)
+    schemas = _tool_schemas(tiers, prices)
     for i, problem in enumerate(problems[:60]):
         pref = {"accuracy": 1.0, "cost": round(rng.uniform(-1, 1), 2), "latency": round(rng.uniform(-1, 1), 2),
                 f"tool:{rng.choice(tiers)}": round(rng.uniform(-1, 1), 2)}
