@@ -30,6 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ² (its judge)
 from orchestra.types import Task, Trajectory
 from reward.judges import LLMJudge
 from reward.rubric import RUBRICS
@@ -64,7 +65,7 @@ class RewardActor:
                  judge_max_concurrency: int = 16,
                  f1_threshold: float = 0.5, math_timeout_s: float = 10.0, score_timeout_s: float = 600.0):
         if rubric not in RUBRICS:
-            raise ValueError(f"rubric must be one of {RUBRICS}, got {rubric!r}")
+            raise ValueError(f"rubric must be one of {tuple(RUBRICS)}, got {rubric!r}")
         if group_deadline_s <= 0 or score_timeout_s <= 0:
             raise ValueError("group_deadline_s and score_timeout_s must be > 0")
         self.rubric, self.judges = rubric, dict(judges or {"default": "exact"})

@@ -6,11 +6,9 @@ Episodes run concurrently as asyncio tasks, so the HF engine batches their gener
 actor at once (streaming: a group is scored as soon as its last member arrives, wherever it ran), and the
 worker returns the scored results. Weights arrive versioned from the learner through the object store.
 
-τ²-bench tasks (data_source `tau2/*`) run through orchestra.tau2.episode.Tau2EpisodeDriver instead of the
-agent loop (a three-party conversation with a simulated user), with the same engine, prompter and weights.
-The driver is built lazily, once per domain, from the `tau2` settings (orchestra.config.Tau2Config as a
-dict): its domain tools and call_expert run in this process (each episode owns its environment, which the
-official evaluator scores here), and the user simulator is an in-process UserSimulatorPool.
+Tasks whose data source an integration registered (orchestra/data/sources.py; τ²-bench's `tau2/*`, wired in
+orchestra/tau2/wiring.py) run through that integration's episode runner instead of the agent loop, with the
+same engine, prompter and weights; the runner is built on first use from the config sections it reads.
 """
 
 from __future__ import annotations
@@ -23,7 +21,9 @@ from typing import Any
 from actors import metrics
 from orchestra.agent.loop import AgentLoop
 from orchestra.agent.prompt import Prompter
+from orchestra.data.sources import RunnerParts, episode_kind
 from orchestra.engine import Sampling
+from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ²
 from orchestra.types import Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -65,11 +65,13 @@ class RolloutWorker:
             tools = _local_tools(zoo or {}, corpus_path)
         self.loop = AgentLoop(self.engine, tools, Prompter(self.tokenizer, **prompter_kwargs),
                               eos_token_ids=eos_token_ids(self.tokenizer), **agent_kwargs)
+        self._agent_loop = AgentLoopRunner(self.loop)
         self.reward_actor = reward_actor
         self.version = 0
         self._merger: Any = None  # LoRA payloads -> merged weights (built at the first sync)
-        self.tau2, self.zoo, self.agent_kwargs = dict(tau2 or {}), zoo or {}, dict(agent_kwargs)
-        self._tau2_drivers: dict[str, Any] = {}
+        self.sections = {"zoo": dict(zoo or {}), "tau2": dict(tau2 or {})}  # what episode runners may read
+        self.agent_kwargs = dict(agent_kwargs)
+        self._runners: dict[str, Any] = {}  # data_source prefix -> its integration's episode runner
 
     def ready(self) -> int:
         return self.worker_id
@@ -116,11 +118,8 @@ class RolloutWorker:
             s = samp if req.get("seed") is None else dataclasses.replace(samp, seed=int(req["seed"]))
             eid = str(req.get("episode_id", ""))
             try:
-                if task.data_source.startswith("tau2/"):
-                    traj = await self._tau2_driver(task).run(task, s, uid=req["uid"], policy_version=self.version)
-                else:
-                    await self._warm_schemas(task)
-                    traj = await self.loop.run(task, s, uid=req["uid"], episode_id=eid, policy_version=self.version)
+                traj = await self._runner(task).run(task, s, uid=req["uid"], episode_id=eid,
+                                                    policy_version=self.version)
             except Exception as e:  # never lose a group member: an error trajectory still reaches the reward
                 traj = Trajectory(task_id=task.id, uid=req["uid"], termination="error", episode_id=eid,
                                   error=f"rollout failed: {type(e).__name__}: {e}")
@@ -133,9 +132,40 @@ class RolloutWorker:
 
         return list(await asyncio.gather(*(one(r) for r in requests)))
 
+    def _runner(self, task: Task) -> Any:
+        """The episode runner of the task's data source: this worker's agent loop, or the runner an integration
+        registered for it (built on first use, shared by concurrent episodes)."""
+        found = episode_kind(task.data_source)
+        if found is None:
+            return self._agent_loop
+        prefix, kind = found
+        if prefix not in self._runners:
+            from orchestra.policy.tokenizer import eos_token_ids
+
+            parts = RunnerParts(self.engine, self.loop.prompter, eos_token_ids(self.tokenizer), self.agent_kwargs,
+                                self.sections)
+            self._runners[prefix] = kind.runner(parts)
+        return self._runners[prefix]
+
+    def stats(self) -> dict[str, Any]:
+        get = getattr(self.engine, "stats", None)
+        return {"worker_id": self.worker_id, "version": self.version, **(get() if callable(get) else {})}
+
+
+class AgentLoopRunner:
+    """The default episode runner: the worker's agent loop, with the task's tool schemas fetched first without
+    blocking the event loop (a tool server that is restarting gets a few tries with backoff; the agent loop
+    turns a final failure into an error trajectory)."""
+
+    def __init__(self, loop: AgentLoop):
+        self.loop = loop
+
+    async def run(self, task: Task, sampling: Sampling, uid: str = "", episode_id: str = "",
+                  policy_version: int = 0) -> Trajectory:
+        await self._warm_schemas(task)
+        return await self.loop.run(task, sampling, uid=uid, episode_id=episode_id, policy_version=policy_version)
+
     async def _warm_schemas(self, task: Task, attempts: int = 5) -> None:
-        """Fetch tool schemas without blocking the event loop; a tool server that is restarting gets a few
-        tries with backoff (the agent loop turns a final failure into an error trajectory)."""
         warm = getattr(self.loop.tools, "aschemas", None)
         if warm is None:
             return
@@ -147,23 +177,6 @@ class RolloutWorker:
                 if i == attempts - 1:
                     raise
                 await asyncio.sleep(0.5 * 2**i)
-
-    def _tau2_driver(self, task: Task) -> Any:
-        """The τ² episode driver of the task's domain (built on first use; shared by concurrent episodes,
-        which are kept apart by episode id)."""
-        from orchestra.policy.tokenizer import eos_token_ids
-
-        domain = str(task.meta.get("tau2_domain") or task.data_source.split("/", 1)[1])
-        driver = self._tau2_drivers.get(domain)
-        if driver is None:
-            driver = self._tau2_drivers[domain] = build_tau2_driver(
-                domain, self.engine, self.loop.prompter, self.tau2, self.zoo, self.agent_kwargs,
-                eos_token_ids(self.tokenizer), user=tau2_user(self.tau2))
-        return driver
-
-    def stats(self) -> dict[str, Any]:
-        get = getattr(self.engine, "stats", None)
-        return {"worker_id": self.worker_id, "version": self.version, **(get() if callable(get) else {})}
 
 
 def _local_tools(zoo: dict[str, Any], corpus_path: str) -> Any:
@@ -181,78 +194,6 @@ def _local_tools(zoo: dict[str, Any], corpus_path: str) -> Any:
 
         kwargs["corpus"] = load_corpus(corpus_path)
     return LocalToolClient(build_tools(cfg, **kwargs))
-
-
-def tau2_user(tau2: dict[str, Any]) -> Any:
-    """An in-process τ² user simulator from Tau2Config's keys (its API key is read from the named env var)."""
-    from orchestra.tau2.user import UserSimulatorPool
-
-    if not tau2.get("user_model"):
-        raise ValueError("τ² tasks need a user simulator: set tau2.user_model (e.g. openai/<name>) and "
-                         "tau2.user_api_base")
-    return UserSimulatorPool(tau2["user_model"], api_base=tau2.get("user_api_base", ""),
-                             api_key_env=tau2.get("user_api_key_env", ""),
-                             temperature=float(tau2.get("user_temperature", 0.0)),
-                             timeout_s=float(tau2.get("user_timeout_s", 60.0)),
-                             num_retries=int(tau2.get("user_num_retries", 2)))
-
-
-def tau2_judge(tau2: dict[str, Any]) -> dict[str, Any]:
-    """Tau2EpisodeDriver's nl_judge / nl_judge_args (none configured: NL assertions are skipped, and say so)."""
-    import os
-
-    model = tau2.get("nl_judge_model") or None
-    args: dict[str, Any] = {}
-    if model and tau2.get("nl_judge_base"):
-        args["api_base"] = tau2["nl_judge_base"]
-    if model and tau2.get("nl_judge_key_env"):
-        key = os.environ.get(tau2["nl_judge_key_env"])
-        if not key:
-            raise ValueError(f"τ² NL judge: environment variable {tau2['nl_judge_key_env']} is not set")
-        args["api_key"] = key
-    return {"nl_judge": model, "nl_judge_args": args or None}
-
-
-def tau2_driver_kwargs(tau2: dict[str, Any], agent_kwargs: dict[str, Any], eos: Any) -> dict[str, Any]:
-    """Tau2EpisodeDriver's limits from the agent section (turns, context, budget) and the tau2 section."""
-    a = agent_kwargs
-    return {"max_turns": int(a.get("max_turns", 30)), "max_errors": int(tau2.get("max_errors", 10)),
-            "max_calls_per_turn": int(a.get("max_calls_per_turn", 1)),
-            "max_context_tokens": int(a.get("max_context_tokens", 16384)), "budget_usd": a.get("budget_usd"),
-            "budget_seconds": a.get("budget_seconds"), "eos_token_ids": list(eos or []), **tau2_judge(tau2)}
-
-
-def tau2_experts(tau2: dict[str, Any], zoo: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, str]]:
-    """(experts for call_expert, its `expert-*` tiers -> expert) from the zoo; (None, {}) keeps
-    transfer_to_human_agents."""
-    if not tau2.get("call_expert", True) or not zoo.get("experts"):
-        return None, {}
-    from omegaconf import OmegaConf
-
-    from orchestra.config import ZooConfig
-    from tools.registry import build_experts
-
-    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ZooConfig), zoo))
-    from orchestra.tau2.call_expert import PREFIX
-
-    return build_experts(cfg), {t: e for t, e in cfg.tiers.items() if t.startswith(PREFIX)}
-
-
-def build_tau2_driver(domain: str, engine: Any, prompter: Any, tau2: dict[str, Any], zoo: dict[str, Any],
-                      agent_kwargs: dict[str, Any], eos: Any, user: Any) -> Any:
-    """A Tau2EpisodeDriver for `domain`: in-process domain tools (+ call_expert over the zoo), one session
-    store, the given user simulator."""
-    from orchestra.tau2.adapter import Tau2Sessions, build_tools
-    from orchestra.tau2.domain import get_domain
-    from orchestra.tau2.episode import Tau2EpisodeDriver
-    from tools.base import LocalToolClient
-
-    sessions = Tau2Sessions(get_domain(domain))
-    experts, tiers = tau2_experts(tau2, zoo)
-    tools = build_tools(sessions.domain, sessions, experts=experts, tiers=tiers,
-                        expert_max_tokens=int(tau2.get("expert_max_tokens", 1024)))
-    return Tau2EpisodeDriver(engine, LocalToolClient(tools), prompter, sessions, user,
-                             **tau2_driver_kwargs(tau2, agent_kwargs, eos))
 
 
 def trajectory(result: dict[str, Any]) -> Trajectory:

@@ -59,7 +59,7 @@ def heldout_tasks(cfg: Any, dataset: str, n: int) -> tuple[list, list]:
     """The first n held-out tasks. Held-out sets are prefix-stable (template generation is sequential; loaded
     sets are shuffled by seed and cut from the front), so with the training run's data.seed and n <=
     its data.n_heldout these are tasks the policy never trained on; a larger n is refused."""
-    from orchestra.data.tasks import build_task_set
+    from orchestra.data.sources import build_task_set
 
     if (not dataset or dataset == cfg.data.source) and n > cfg.data.n_heldout:
         raise SystemExit(f"n={n} exceeds data.n_heldout={cfg.data.n_heldout}: the extra tasks could be "
@@ -201,7 +201,6 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
 
     from rich.console import Console
 
-    from actors.rollout_worker import tau2_driver_kwargs, tau2_experts, tau2_user
     from orchestra.agent.prompt import Prompter
     from orchestra.engine import Sampling
     from orchestra.engine.scripted import call_text, script_engine
@@ -210,6 +209,7 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     from orchestra.preferences import parse_preference
     from orchestra.tau2.domain import load_tasks
     from orchestra.tau2.evaluation import driver_factory, run_tau2_eval, summarize_tau2
+    from orchestra.tau2.wiring import call_experts, driver_limits, user_simulator
 
     a, tau2 = cfg.agent, asdict(cfg.tau2)
     spec = tau2_spec(cfg, own.get("dataset") or cfg.data.source)
@@ -219,7 +219,7 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     tok = policy_tokenizer(cfg, own)
     prompter = Prompter(tok, a.system_prompt, a.doc_chars, a.code_chars, a.attempt_chars, a.max_observation_chars)
     eos = eos_token_ids(tok)
-    experts, tiers = tau2_experts(tau2, asdict(cfg.zoo))
+    experts, tiers = call_experts(tau2, asdict(cfg.zoo))
     engines = {name: (lambda trial, e=e: e) for name, e in policy_engines(cfg, own, tok).items()}
     baselines = [b for b in own.get("baselines", ",".join(TAU2_BASELINES)).split(",") if b]
     for b in baselines:
@@ -232,10 +232,10 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
         engines[b] = lambda trial, text=text: script_engine(tok, [text], eos[0])
     if not engines:
         raise SystemExit("nothing to evaluate: give checkpoint=, base=true or baselines=")
-    user = tau2_user(tau2)
+    user = user_simulator(tau2)
     agent = {"max_turns": a.max_turns, "max_calls_per_turn": a.max_calls_per_turn,
              "max_context_tokens": a.max_context_tokens, "budget_usd": a.budget.usd, "budget_seconds": a.budget.seconds}
-    driver_kw = tau2_driver_kwargs(tau2, agent, eos)
+    driver_kw = driver_limits(tau2, agent, eos)
     sampling = Sampling(max_tokens=cfg.sampling.max_tokens, temperature=cfg.eval.temperature, top_p=cfg.sampling.top_p,
                         top_k=cfg.sampling.top_k)
     records: list[dict[str, Any]] = []

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.types import Task, ToolCall, ToolContext, ToolResult
+from reward.rubric import rubric_of
 
 
 class ReplayTools:
@@ -225,7 +226,7 @@ def select(records: list[dict[str, Any]], ids: list[str], cfg: Any) -> list[dict
     if missing:
         raise SystemExit(f"no recorded episode {sorted(missing)[0]!r} in this run")
     chosen = [r for r in records if r["id"] in ids]
-    if cfg.reward.rubric != "scalar":
+    if rubric_of(cfg.reward.rubric).grouped:
         groups = {(r["step"], r["uid"]) for r in chosen if r["kind"] == "train"}
         chosen = [r for r in records if r["id"] in ids or (r["kind"] == "train" and (r["step"], r["uid"]) in groups)]
     return chosen

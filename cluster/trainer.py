@@ -26,11 +26,13 @@ from cluster import launch
 from cluster.progress import Bars, Phases, describe
 from orchestra.agent.loop import episode_samples
 from orchestra.config import ExperimentConfig, task_tiers, to_yaml
-from orchestra.data.tasks import build_task_set, load_corpus, load_tasks, save_corpus, save_tasks
+from orchestra.data.sources import build_task_set
+from orchestra.data.tasks import load_corpus, load_tasks, save_corpus, save_tasks
 from orchestra.preferences import paired_preferences, preset
 from orchestra.rundir import checkpoint
 from orchestra.rundir.records import EpisodeLog, episode_record, episode_seed, save_weights, score_kwargs
 from orchestra.rundir.tracking import Tracker
+from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ² (task source, judge)
 from orchestra.types import Task, Trajectory
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from orchestra.config import ConfigError, ExperimentConfig, load_config, task_tiers
+from reward.rubric import rubric_of
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME_ENV = ROOT / "cluster" / "runtime_env.yaml"
@@ -84,7 +85,7 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
     prompt_len = a.max_context_tokens
     response_len = a.max_context_tokens if a.context_mode == "transcript" else s.max_tokens
     gpus = _gpu_split(cfg)
-    group_reward = cfg.reward.rubric == "toolorchestra"
+    group_reward = rubric_of(cfg.reward.rubric).grouped
     ar = "actor_rollout_ref"
     o = [
         # data: our task set, staged as verl parquet (prompt, reward_model.ground_truth, extra_info.task)
@@ -179,7 +180,9 @@ def load_runtime_env(path: Path = RUNTIME_ENV, environ: dict[str, str] | None = 
 def stage(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> Path:
     """Write train/val verl parquet and the agent-loop yaml under <run_dir>/verl (inside the working dir, so the
     job upload carries them to every node)."""
-    from orchestra.data.tasks import build_task_set, save_verl_parquet
+    from orchestra.data.sources import build_task_set
+    from orchestra.data.tasks import save_verl_parquet
+    from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers the tau2: task source
 
     out = ROOT / stage_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
@@ -237,7 +240,7 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
         runtime_env.setdefault("env_vars", {})["TRANSFER_QUEUE_ENABLE"] = "1"
         ray.init(runtime_env=OmegaConf.to_container(OmegaConf.create(runtime_env)))
     start_tool_servers(cfg)
-    if cfg.reward.rubric == "toolorchestra":
+    if rubric_of(cfg.reward.rubric).grouped:
         start_reward_actor(cfg)
     run_ppo(verl_cfg, task_runner_class=TaskRunnerV1)
 

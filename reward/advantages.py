@@ -4,8 +4,10 @@
   (ddof=1); a group whose std <= min_std carries no learning signal and is dropped (all advantages 0).
 - scalar: `scalar_advantages` — verl 0.9.1's own `compute_grpo_outcome_advantage` (mean/std per group id,
   torch.std is the sample std; a group of one gets mean 0, std 1, i.e. A = R, as verl does). verl is imported
-  lazily: it is heavy and pulls in ray, which `import reward` must not. reward/score.py then applies the
-  toolorchestra path's guard to these too: groups with std <= min_std dropped, the rest clipped.
+  lazily: it is heavy and pulls in ray, which `import reward` must not. `scalar_group_advantages` then applies
+  the toolorchestra path's guard to these too: groups with std <= min_std dropped, the rest clipped.
+Each rubric's advantage function (reward/rubric.py RUBRICS) takes every group's rewards at once and returns,
+per group, (advantages, dropped).
 The learner applies these per episode (every turn sample of an episode shares its episode's advantage).
 """
 
@@ -61,3 +63,29 @@ def scalar_advantages(rewards: Sequence[float], group_ids: Sequence[Hashable],
     adv, _ = compute_grpo_outcome_advantage(token_rewards, mask, index, epsilon=epsilon,
                                             norm_adv_by_std_in_grpo=True)
     return [float(a) for a in adv[:, 0]]
+
+
+GroupAdvantages = list[tuple[list[float], bool]]
+
+
+def toolorchestra_advantages(groups: Sequence[Sequence[float]], min_std: float = 0.1,
+                             clip: float = 3.0) -> GroupAdvantages:
+    """`group_advantages` of each group."""
+    return [group_advantages(g, min_std, clip) for g in groups]
+
+
+def scalar_group_advantages(groups: Sequence[Sequence[float]], min_std: float = 0.1,
+                            clip: float = 3.0) -> GroupAdvantages:
+    """verl's GRPO advantages over all groups, then the same guard as toolorchestra. verl divides by the
+    group's std however small: a group that differs only by noise (all wrong, a few tenths of a cent apart)
+    would get advantages of +-1 and push the policy at random. So groups (of two or more) with sample std
+    <= min_std are dropped, the rest clipped to +-clip."""
+    flat = [float(v) for g in groups for v in g]
+    adv = scalar_advantages(flat, [i for i, g in enumerate(groups) for _ in g])
+    out: GroupAdvantages = []
+    start = 0
+    for g in groups:
+        mine, start = adv[start:start + len(g)], start + len(g)
+        dropped = len(g) > 1 and group_std(list(g)) <= min_std
+        out.append(([0.0 if dropped else max(-clip, min(clip, a)) for a in mine], dropped))
+    return out

@@ -14,17 +14,20 @@
   an answer: otherwise an ill-formed episode costs nothing and scores like a free wrong answer, and a policy
   pushed by a cost-heavy preference can drift into never answering, where every group is flat and RL stops.
 Every Reward carries `terms` (one entry per weighted feature; they sum to `value`) and `features` (the raw
-values), so each number is traceable. Advantages live in reward/advantages.py; judging in reward/judges.py.
+values), so each number is traceable. `RUBRICS` names each rubric's group scorer, its advantage function
+(reward/advantages.py) and whether it needs the whole group; extend it with `register_rubric`. Judging is
+reward/judges.py.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orchestra.types import Trajectory, check_preference
+from orchestra.types import Preference, Trajectory, check_preference
+from reward.advantages import GroupAdvantages, scalar_group_advantages, toolorchestra_advantages
 
 
 @dataclass
@@ -112,4 +115,52 @@ def scalar_reward(correct: bool, cost_usd: float, latency_s: float, tool_counts:
     return Reward(value=sum(terms.values()), terms=terms, correct=bool(correct), features=feats)
 
 
-RUBRICS = ("toolorchestra", "scalar")
+# ---------------------------------------------------------------- the registry
+@dataclass
+class Judged:
+    """One judged member of a group, as rubrics see it: its episode, verdict, accounted $ and seconds, and its
+    own task's preference vector."""
+
+    traj: Trajectory
+    correct: bool
+    cost_usd: float
+    latency_s: float
+    pref: Preference
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """`rewards(members, group_pref, **settings)` scores a group's judged members (group_pref: the first
+    member's task's P); `advantages(groups, min_std, clip)` turns every group's rewards into (advantages,
+    dropped) per group; `grouped`: the rubric needs the whole group before it can score (the reward actor's
+    barrier; under verl, the RewardActor rather than the per-episode reward function)."""
+
+    rewards: Callable[..., list[Reward]]
+    advantages: Callable[..., GroupAdvantages]
+    grouped: bool
+
+
+def _toolorchestra(members: Sequence[Judged], group_pref: Preference, **_: Any) -> list[Reward]:
+    return toolorchestra_group([m.traj for m in members], [m.correct for m in members],
+                               [m.cost_usd for m in members], [m.latency_s for m in members], group_pref)
+
+
+def _scalar(members: Sequence[Judged], group_pref: Preference, *, cost_scale: float = 0.01,
+            latency_scale: float = 10.0, unanswered_penalty: float = 0.0, **_: Any) -> list[Reward]:
+    return [scalar_reward(m.correct, m.cost_usd, m.latency_s, m.traj.tool_counts, m.pref, cost_scale, latency_scale,
+                          answered=m.traj.terminated, unanswered_penalty=unanswered_penalty) for m in members]
+
+
+RUBRICS: dict[str, Rubric] = {"toolorchestra": Rubric(_toolorchestra, toolorchestra_advantages, grouped=True),
+                              "scalar": Rubric(_scalar, scalar_group_advantages, grouped=False)}
+
+
+def register_rubric(name: str, rubric: Rubric) -> None:
+    RUBRICS[name] = rubric
+
+
+def rubric_of(name: str) -> Rubric:
+    """The named rubric; ValueError listing the known ones."""
+    if name not in RUBRICS:
+        raise ValueError(f"unknown rubric {name!r}; choose one of {tuple(RUBRICS)}")
+    return RUBRICS[name]

@@ -6,8 +6,10 @@ evaluation and tests call; `score_episode` scores one episode under the scalar r
 evaluator, rejection-sampled SFT). Episodes that ended in `error` (an engine failure, or unaccountable cost) are not judged and are left
 out of the rubric's min-max statistics (a crashed episode's near-zero cost would stretch everyone else's
 scale); they get `failure_reward` and take part in the advantage baseline like any member.
-τ²-bench tasks (data_source `tau2/*`) have no gold answer: their verdict is the official evaluator's, run by
-the episode driver and carried on the trajectory (orchestra/tau2/reward.judgement_of).
+Data sources an integration registered (orchestra/data/sources.py episode kinds; τ²-bench's `tau2/*`) are judged
+by that kind's judge, which reads the verdict its runner left on the trajectory (τ² tasks have no gold answer);
+the rest by the answer judges configured per data source (reward/judges.py). Rubrics come from the registry
+in reward/rubric.py (group scorer + advantage function).
 Per episode the breakdown is logged at DEBUG, per group a summary at INFO (logger "orchestra.reward").
 
 Left to others: the group barrier and deadlines (the actor), what to do with the advantages (the learner).
@@ -22,11 +24,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from orchestra.data.sources import episode_kind
 from orchestra.types import Task, Trajectory
-from reward.advantages import group_advantages, group_std, scalar_advantages
 from reward.cost import CostBreakdown, episode_cost, episode_latency
 from reward.judges import Judgement, LLMJudge, judge, judge_for
-from reward.rubric import RUBRICS, Reward, scalar_reward, toolorchestra_group
+from reward.rubric import Judged, Reward, rubric_of, scalar_reward
 
 log = logging.getLogger("orchestra.reward")
 
@@ -67,10 +69,9 @@ def failure_scored(traj: Trajectory | None, uid: str, task_id: str, reward: floa
 
 
 async def _judge_one(traj: Trajectory, task: Task, judges: dict[str, str], **kw: Any) -> Judgement:
-    if task.data_source.startswith("tau2/"):  # no gold string: the official τ² evaluator's verdict rides on traj
-        from orchestra.tau2.reward import judgement_of
-
-        return judgement_of(traj)
+    found = episode_kind(task.data_source)
+    if found is not None:  # an integration's own verdict (no gold string), left on the trajectory by its runner
+        return found[1].judge(traj)
     gold = [task.answer] + [str(a) for a in task.meta.get("answer_aliases", [])]
     return await judge(judge_for(task.data_source, judges), traj.answer, gold, task.problem, **kw)
 
@@ -83,8 +84,7 @@ async def score_group(trajs: Sequence[Trajectory], tasks: Task | Sequence[Task],
                       math_timeout_s: float = 10.0) -> list[Scored]:
     """Score episodes; members sharing a `uid` form a group (the toolorchestra rubric needs one P per group:
     the first member's task's). `tasks` is one Task for all, or one per trajectory. Sets `traj.correct`."""
-    if rubric not in RUBRICS:
-        raise ValueError(f"unknown rubric {rubric!r}; choose one of {RUBRICS}")
+    scheme = rubric_of(rubric)
     trajs = list(trajs)
     tasks = [tasks] * len(trajs) if isinstance(tasks, Task) else list(tasks)
     if len(tasks) != len(trajs):
@@ -119,36 +119,20 @@ async def score_group(trajs: Sequence[Trajectory], tasks: Task | Sequence[Task],
     rewards: dict[int, Reward] = {}
     for members in groups.values():
         ok = [i for i in members if i in verdicts]
-        if rubric == "toolorchestra":
-            got = toolorchestra_group([trajs[i] for i in ok], [verdicts[i].correct for i in ok],
-                                      [costs[i].total_usd for i in ok], [latencies[i] for i in ok],
-                                      tasks[members[0]].pref)
-            rewards.update(zip(ok, got, strict=True))
-        else:
-            for i in ok:
-                rewards[i] = scalar_reward(verdicts[i].correct, costs[i].total_usd, latencies[i],
-                                           trajs[i].tool_counts, tasks[i].pref, cost_scale, latency_scale,
-                                           answered=trajs[i].terminated, unanswered_penalty=unanswered_penalty)
+        judged_members = [Judged(trajs[i], verdicts[i].correct, costs[i].total_usd, latencies[i], tasks[i].pref)
+                          for i in ok]
+        got = scheme.rewards(judged_members, tasks[members[0]].pref, cost_scale=cost_scale,
+                             latency_scale=latency_scale, unanswered_penalty=unanswered_penalty)
+        rewards.update(zip(ok, got, strict=True))
     values = [rewards[i].value if i in rewards else float(failure_reward) for i in range(n)]
 
     advantages = [0.0] * n
     dropped = [False] * n
-    if rubric == "toolorchestra":
-        for members in groups.values():
-            adv, drop = group_advantages([values[i] for i in members], min_std, clip)
-            for i, a in zip(members, adv, strict=True):
-                advantages[i], dropped[i] = a, drop
-    else:
-        uids = [trajs[i].uid or tasks[i].id for i in range(n)]
-        advantages = scalar_advantages(values, uids)
-        # verl divides by the group's std however small: a group that differs only by noise (all wrong, a few
-        # tenths of a cent apart) would get advantages of +-1 and push the policy at random. The same rule as
-        # toolorchestra: groups with sample std <= min_std are dropped, the rest clipped to +-clip.
-        for members in groups.values():
-            flat = len(members) > 1 and group_std([values[i] for i in members]) <= min_std
-            for i in members:
-                dropped[i] = flat
-                advantages[i] = 0.0 if flat else max(-clip, min(clip, advantages[i]))
+    members_of = list(groups.values())
+    per_group = scheme.advantages([[values[i] for i in members] for members in members_of], min_std, clip)
+    for members, (adv, drop) in zip(members_of, per_group, strict=True):
+        for i, a in zip(members, adv, strict=True):
+            advantages[i], dropped[i] = a, drop
 
     out: list[Scored] = []
     for i, t in enumerate(trajs):
@@ -181,8 +165,7 @@ async def score_episode(traj: Trajectory, task: Task, judges: dict[str, str], *,
     would import verl (seconds) for nothing. An episode that ended in `error` is wrong, at $0, reward 0."""
     if traj.termination == "error":
         return False, 0.0, 0.0, 0.0
-    gold = [task.answer] + [str(a) for a in task.meta.get("answer_aliases", [])]
-    verdict = await judge(judge_for(task.data_source, judges), traj.answer, gold, task.problem)
+    verdict = await _judge_one(traj, task, judges)
     cost = episode_cost(traj, price_in, price_out).total_usd
     latency = episode_latency(traj)
     reward = scalar_reward(verdict.correct, cost, latency, traj.tool_counts, task.pref, cost_scale, latency_scale)

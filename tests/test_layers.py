@@ -25,13 +25,6 @@ MAX_LINES = 600
 RAY_ALLOWED = ("actors", "cluster", "bench")
 INTEGRATIONS = ("orchestra.eval", "orchestra.tau2")
 LAYERS = {"core": 0, "tools": 1, "reward": 1, "integrations": 2, "actors": 3, "cluster": 4, "bench": 5}
-# Upward imports still to be removed, each by the change named beside it; an entry that no longer occurs fails
-# the test, so the list can only shrink.
-KNOWN = {
-    ("orchestra.data.tasks", "orchestra.tau2.domain"): "task sources become a registry",
-    ("orchestra.data.tasks", "orchestra.tau2.evaluation"): "task sources become a registry",
-    ("reward.score", "orchestra.tau2.reward"): "judges by data source become a registry",
-}
 
 
 def layer_of(module: str) -> str:
@@ -101,14 +94,11 @@ def _where(modules: dict[str, Path], module: str, line: int) -> str:
 
 def test_imports_follow_the_layers():
     modules, graph = _graph()
-    crossing = [(src, line, dst, lazy) for src, edges in graph.items() for line, dst, lazy in edges
-                if dst != "ray" and not allowed(src, dst)]
     bad = [f"{_where(modules, src, line)} {src} imports {dst}{' (lazily)' if lazy else ''}: "
-           f"{layer_of(src)} may not import {layer_of(dst)}" for src, line, dst, lazy in crossing
-           if (src, dst) not in KNOWN]
+           f"{layer_of(src)} may not import {layer_of(dst)}"
+           for src, edges in graph.items() for line, dst, lazy in edges
+           if dst != "ray" and not allowed(src, dst)]
     assert not bad, "imports across the layers (see this file's docstring):\n" + "\n".join(bad)
-    gone = set(KNOWN) - {(src, dst) for src, _, dst, _ in crossing}
-    assert not gone, f"no longer imported, drop from KNOWN: {sorted(gone)}"
 
 
 def test_ray_only_in_actors_and_cluster():

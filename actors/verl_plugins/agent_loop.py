@@ -51,6 +51,7 @@ from orchestra.agent.loop import AgentLoop, Sample, episode_samples
 from orchestra.agent.prompt import Prompter
 from orchestra.engine import Generation, Sampling
 from orchestra.types import Task, ToolCall, ToolContext, ToolResult, Trajectory
+from reward.rubric import rubric_of
 
 AGENT_NAME = "orchestra"
 
@@ -209,7 +210,7 @@ class OrchestraAgentLoop(AgentLoopBase):
 
     def _clients(self) -> tuple[Any, Any]:
         v = self.cfg.verl
-        if self.tool_client is None or (self.reward_client is None and self.cfg.reward.rubric == "toolorchestra"):
+        if self.tool_client is None or (self.reward_client is None and rubric_of(self.cfg.reward.rubric).grouped):
             tools, reward = ray_clients(tuple(self.cfg.zoo.tools), float(v.tool_timeout_s), self.namespace)
             self.tool_client = self.tool_client or tools
             self.reward_client = self.reward_client or reward
@@ -264,7 +265,7 @@ class OrchestraAgentLoop(AgentLoopBase):
         extra = episode_extra(traj, cost, latency, engine.global_steps)
         extra["pref"] = dict(task.pref)
         score, info = None, None
-        if cfg.reward.rubric == "toolorchestra":
+        if rubric_of(cfg.reward.rubric).grouped:
             scored = await reward.submit(traj.to_dict(), task.to_dict(), self._group_size(split))
             score = float(scored["reward"] if split != "train" else scored["advantage"])
             info = {"orch_reward": float(scored["reward"]), "orch_advantage": float(scored["advantage"]),

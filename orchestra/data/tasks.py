@@ -7,15 +7,13 @@
   `reward_model.ground_truth`, `extra_info` with P, tools_kwargs and the whole task). In the parquet file
   `extra_info.task` and `extra_info.pref` are JSON strings for the same reason; `task_from_verl_row` reads
   either shape. The prompt the policy really sees is rendered by our agent loop from the task, not from `prompt`.
-- `build_task_set(data_cfg, tiers)`: DataConfig.source = "template" | path to a Task file |
-  "loader:<name>:<path>" (orchestra.data.loaders) -> (train, heldout, corpus).
-Generation lives in orchestra.data.synth; benchmark readers in orchestra.data.loaders.
+Which source a task set comes from, and its train / held-out split, is orchestra/data/sources.py; generation
+lives in orchestra.data.synth; benchmark readers in orchestra.data.loaders.
 """
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -137,74 +135,3 @@ def task_from_verl_row(row: dict[str, Any]) -> Task:
     if task is None:
         raise ValueError("verl row has no extra_info.task; was it written by orchestra.data.tasks?")
     return Task.from_dict(json.loads(task) if isinstance(task, str) else task)
-
-
-# ---------------------------------------------------------------- from config
-def split_tasks(tasks: list[Task], n_train: int, n_heldout: int, seed: int) -> tuple[list[Task], list[Task]]:
-    """Deterministic disjoint split of a loaded set: shuffle by seed, held-out first, then train."""
-    order = list(tasks)
-    random.Random(f"split:{seed}").shuffle(order)
-    heldout = order[:n_heldout]
-    train = order[n_heldout:n_heldout + n_train]
-    if not train:
-        raise ValueError(f"only {len(tasks)} tasks: nothing left for training after {n_heldout} held out")
-    return train, heldout
-
-
-def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None
-                   ) -> tuple[list[Task], list[Task], list[dict[str, str]]]:
-    """(train, heldout, corpus) from DataConfig (source, n_train, n_heldout, families, seed, preference)."""
-    source = str(data_cfg.source)
-    families = list(data_cfg.families) or None
-    if source == "template":
-        from orchestra.data.synth.template import generate_tasks
-
-        train = generate_tasks(data_cfg.n_train, data_cfg.seed, families, "train", mapping=tiers)
-        held = generate_tasks(data_cfg.n_heldout, data_cfg.seed, families, "heldout", mapping=tiers)
-        corpus = {p["id"]: p for p in train.corpus + held.corpus}
-        return _with_preference(train.tasks, data_cfg), held.tasks, list(corpus.values())
-    if source.startswith("tau2:"):  # τ²-bench domains (the `tau2` extra); the domain DB is the "corpus"
-        from orchestra.tau2.domain import load_tasks as load_tau2
-        from orchestra.tau2.evaluation import parse_dataset
-
-        tasks, corpus = load_tau2(**parse_dataset(source)), []
-    elif source.startswith("loader:"):
-        from orchestra.data.loaders import load
-
-        _, name, path = (source.split(":", 2) + [""])[:3]
-        loaded = load(name, path, mapping=tiers)
-        tasks, corpus = loaded.tasks, loaded.corpus
-    else:
-        path = Path(source)
-        tasks = load_tasks(path)
-        side = path.with_name(path.name.split(".")[0] + ".corpus.jsonl")
-        corpus = load_corpus(side) if side.is_file() else []
-    if families:
-        tasks = [t for t in tasks if t.meta.get("family") in families]
-    if tiers:
-        for t in tasks:
-            t.model_mapping = t.model_mapping or dict(tiers)
-    train, heldout = split_tasks(tasks, data_cfg.n_train, data_cfg.n_heldout, data_cfg.seed)
-    return _with_preference(train, data_cfg), heldout, corpus
-
-
-def _with_preference(train: list[Task], data_cfg: Any) -> list[Task]:
-    """`data.preference`: `sampled` keeps each task's own vector and draws one (seeded by the task id, as
-    ToolOrchestra) for tasks that came without (benchmark loaders, files); a preset name or
-    `accuracy=1,cost=0.5` gives every training task that one vector; `A|B|...` (presets or weight strings)
-    gives each task one of them, drawn seeded by the task id, so training covers exactly the trade-offs an
-    evaluation compares."""
-    from orchestra.preferences import parse_preference, sample_preference
-
-    spec = str(getattr(data_cfg, "preference", "sampled"))
-    seed = getattr(data_cfg, "seed", 0)
-    if spec == "sampled":
-        for t in train:
-            if not t.pref:  # an empty vector weighs nothing: every episode would score 0
-                t.pref = sample_preference(random.Random(f"pref:{seed}:{t.id}"), list(t.model_mapping))
-        return train
-    choices = [parse_preference(part) for part in spec.split("|")]
-    for t in train:
-        pick = choices[0] if len(choices) == 1 else random.Random(f"pref:{seed}:{t.id}").choice(choices)
-        t.pref = dict(pick)
-    return train

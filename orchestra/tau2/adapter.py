@@ -110,7 +110,7 @@ class DomainTool:
                           error=text if response.error else None, meta={"tau2_tool": self.name})
 
 
-def build_tools(domain: Tau2Domain, sessions: Tau2Sessions, experts: dict[str, Any] | None = None,
+def domain_tools(domain: Tau2Domain, sessions: Tau2Sessions, experts: dict[str, Any] | None = None,
                 tiers: dict[str, str] | None = None, expert_max_tokens: int = 1024) -> dict[str, Any]:
     """The agent's catalogue: every domain tool, with `transfer_to_human_agents` swapped for `call_expert`
     when `experts` are given (tiers `expert-1..n` -> expert names; a task's model_mapping overrides)."""

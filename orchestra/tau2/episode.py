@@ -15,7 +15,7 @@ Terminations: user/agent stop -> `answered`; out of turns/steps/too many errors 
 budget -> `budget`; engine or user-simulator failure -> `error`. `traj.meta["tau2_termination"]` keeps
 tau2's own name. With `score=True` the official evaluator scores the episode here (orchestra/tau2/reward.py)
 and `traj.correct` / `traj.meta["tau2_score"]` are set; the τ² transcript is kept in `meta["tau2_messages"]`.
-The domain tools must run in this process (tools.base.LocalToolClient over adapter.build_tools with the same
+The domain tools must run in this process (tools.base.LocalToolClient over adapter.domain_tools with the same
 `sessions`): they are cheap in-memory functions, and the session they write is the one scored here.
 """
 
@@ -60,6 +60,21 @@ class Tau2EpisodeDriver:
         self.budget_usd, self.budget_seconds = budget_usd, budget_seconds
         self.eos = set(eos_token_ids or [])
         self.score, self.judge = score, {"nl_judge": nl_judge, "nl_judge_args": nl_judge_args}
+
+    @classmethod
+    def for_domain(cls, domain: str, engine: Any, prompter: Any, user: Any, *, experts: dict[str, Any] | None = None,
+                   tiers: dict[str, str] | None = None, expert_max_tokens: int = 1024,
+                   **limits: Any) -> Tau2EpisodeDriver:
+        """A driver over `domain`'s tools, run in this process (`transfer_to_human_agents` swapped for
+        `call_expert` over `experts` when given) with its own session store; `limits` are the constructor's."""
+        from orchestra.tau2.adapter import Tau2Sessions, domain_tools
+        from orchestra.tau2.domain import get_domain
+        from tools.base import LocalToolClient
+
+        sessions = Tau2Sessions(get_domain(domain))
+        tools = domain_tools(sessions.domain, sessions, experts=experts, tiers=tiers,
+                             expert_max_tokens=expert_max_tokens)
+        return cls(engine, LocalToolClient(tools), prompter, sessions, user, **limits)
 
     async def run(self, task: Task, sampling: Sampling, uid: str = "", episode_id: str = "",
                   policy_version: int = 0) -> Trajectory:

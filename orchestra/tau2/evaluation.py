@@ -10,7 +10,7 @@ concurrency (each trial its own episode id, so its own environment) and returns 
 `summarize_tau2(records, ks)` reduces them. `driver_factory(domain, engine_for, prompter, user, experts=,
 tiers=)` builds `make_driver`; the caller brings the engine, the prompter, the zoo's experts and the user
 (orchestra.tau2.user.UserSimulatorPool, or actors/user_simulator.RayUserClient); orchestra/tau2/domain.load_tasks
-(with parse_dataset's kwargs) gives the tasks.
+(with parse_dataset's kwargs) gives the tasks. How τ² joins training is orchestra/tau2/wiring.py.
 """
 
 from __future__ import annotations
@@ -38,17 +38,13 @@ def parse_dataset(spec: str) -> dict[str, Any]:
 
 def driver_factory(domain: str, engine_for: Any, prompter: Any, user: Any, *, experts: dict[str, Any] | None = None,
                    tiers: dict[str, str] | None = None, **driver_kw: Any) -> Any:
-    """`make_driver` for run_tau2_eval: one domain build, tools and sessions shared by all trials (sessions are
-    keyed by episode id, so trials stay isolated); `engine_for(trial)` gives the engine (seeded per trial).
-    `driver_kw` are Tau2EpisodeDriver's (max_turns, eos_token_ids, budget_usd, nl_judge, ...)."""
-    from orchestra.tau2.adapter import Tau2Sessions, build_tools
-    from orchestra.tau2.domain import get_domain
+    """`make_driver` for run_tau2_eval: a driver per episode (Tau2EpisodeDriver.for_domain: the domain is built
+    once per process; its own tools and sessions keep trials apart); `engine_for(trial)` gives the engine (seeded
+    per trial). `driver_kw` are Tau2EpisodeDriver's (max_turns, eos_token_ids, budget_usd, nl_judge, ...)."""
     from orchestra.tau2.episode import Tau2EpisodeDriver
-    from tools.base import LocalToolClient
 
-    sessions = Tau2Sessions(get_domain(domain))
-    client = LocalToolClient(build_tools(sessions.domain, sessions, experts=experts, tiers=tiers))
-    return lambda trial: Tau2EpisodeDriver(engine_for(trial), client, prompter, sessions, user, **driver_kw)
+    return lambda trial: Tau2EpisodeDriver.for_domain(domain, engine_for(trial), prompter, user, experts=experts,
+                                                      tiers=tiers, **driver_kw)
 
 
 def pass_hat_k(successes: dict[str, list[bool]], k: int) -> float | None:

@@ -3,7 +3,7 @@ each call validated by guarded_call) and score the transcript with the official 
 
 from __future__ import annotations
 
-from orchestra.tau2.adapter import Tau2Sessions, build_tools
+from orchestra.tau2.adapter import Tau2Sessions, domain_tools
 from orchestra.tau2.domain import to_task
 from orchestra.tau2.reward import score_session
 from orchestra.types import ToolCall, ToolContext
@@ -24,7 +24,7 @@ async def replay(domain, tau2_task, version="v0.2.0", skip: int | None = None, e
     """Run the gold actions (minus index `skip`), say the communicate info, score as a user stop."""
     task = to_task(tau2_task, domain.name, version)
     sessions = Tau2Sessions(domain)
-    client = LocalToolClient(build_tools(domain, sessions))
+    client = LocalToolClient(domain_tools(domain, sessions))
     session = sessions.get(episode_id, task)
     errors = []
     for i, action in enumerate(gold_actions(tau2_task)):

@@ -11,7 +11,7 @@ import pytest
 from orchestra.agent.loop import episode_samples
 from orchestra.agent.prompt import Prompter
 from orchestra.engine import Sampling
-from orchestra.tau2.adapter import Tau2Sessions, build_tools
+from orchestra.tau2.adapter import Tau2Sessions, domain_tools
 from orchestra.tau2.domain import to_task
 from orchestra.tau2.episode import Tau2EpisodeDriver
 from orchestra.types import ToolCall, ToolContext
@@ -47,7 +47,7 @@ def mock_task(mock_domain):
 def _driver(domain, user, script, experts=None, **kw):
     tok = ByteTokenizer()
     sessions = Tau2Sessions(domain)
-    client = LocalToolClient(build_tools(domain, sessions, experts=experts))
+    client = LocalToolClient(domain_tools(domain, sessions, experts=experts))
     engine = ScriptedEngine(tok, script)
     driver = Tau2EpisodeDriver(engine, client, Prompter(tok), sessions, user, eos_token_ids=[tok.eos_token_id],
                                max_context_tokens=60000, **kw)
@@ -90,7 +90,7 @@ async def test_wrong_write_scores_zero_and_turn_cap_truncates(mock_domain, mock_
 
 async def test_concurrent_episodes_do_not_share_db(mock_domain, mock_task):
     sessions = Tau2Sessions(mock_domain)
-    client = LocalToolClient(build_tools(mock_domain, sessions))
+    client = LocalToolClient(domain_tools(mock_domain, sessions))
     pristine = mock_domain.new_env().get_db_hash()
 
     async def write(ep, title):
@@ -162,7 +162,7 @@ async def test_call_expert_with_the_configured_zoo_is_priced_by_genai_prices(moc
     zoo = load_config(["experiment=tau2_airline"]).zoo
     experts = build_experts(zoo)
     sessions = Tau2Sessions(mock_domain)
-    tools = build_tools(mock_domain, sessions, experts=experts, tiers=dict(zoo.tiers))
+    tools = domain_tools(mock_domain, sessions, experts=experts, tiers=dict(zoo.tiers))
     task = to_task(mock_domain.tasks("v0.2.0")[0], "mock")  # no model_mapping: the zoo's tiers apply
     schema = tools["call_expert"].schema(task)["function"]
     assert schema["parameters"]["properties"]["expert"]["enum"] == ["expert-1", "expert-2", "expert-3"]

@@ -62,7 +62,7 @@ async def test_rollout_worker_runs_tau2_episode_and_reward_uses_its_verdict(mock
     # the user simulator saw the worker's agent message (tau2 flips roles: the agent is its "user")
     assert user_server.requests[-1]["messages"][-1]["content"] == "Done: the task is created."
     # the driver was built once and is reused for the next episode of the domain
-    assert set(worker._tau2_drivers) == {"mock"}
+    assert set(worker._runners["tau2/"].drivers) == {"mock"}
 
     # reward/score: the τ² verdict (not an exact match on the empty gold answer) is the accuracy term
     wrong = Trajectory(task_id=mock_task.id, uid="g0", episode_id="w", termination="answered",

@@ -7,15 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from orchestra.data.sources import build_task_set
 from orchestra.data.synth.template import FAMILIES, generate_tasks, split_of
-from orchestra.data.tasks import (
-    build_task_set,
-    load_tasks,
-    save_tasks,
-    save_verl_parquet,
-    task_from_verl_row,
-    to_verl_rows,
-)
+from orchestra.data.tasks import load_tasks, save_tasks, save_verl_parquet, task_from_verl_row, to_verl_rows
 from orchestra.types import Task
 
 TIERS = {"answer-1": "gpt-5", "answer-2": "qwen3-32b", "search-1": "gpt-5-mini"}

@@ -1,0 +1,170 @@
+"""Where tasks come from, and how their episodes are played and judged: two registries keyed by a prefix.
+
+- Task sources (`data.source`, evaluation's `dataset=`): `template` (the synthesis pipeline's offline families),
+  `loader:<name>:<path>` (orchestra/data/loaders.py), a path to a Task JSONL/parquet file (its corpus beside it
+  as `<stem>.corpus.jsonl`, when there is one), and those integrations register (`tau2:<domain>...`,
+  orchestra/tau2/wiring.py). `build_task_set(data_cfg, tiers)` -> (train, heldout, corpus): sources that do not
+  split themselves are filtered by family, given the tier mapping and split by seed; training tasks then get
+  their preference vectors (`data.preference`).
+- Episode kinds, by a task's `data_source` prefix: the runner that plays its episodes and the judge that decides
+  them. A data source no integration registered plays through the agent loop and is judged on its answer
+  string by reward/judges.py; τ² registers a three-party driver judged by the official evaluator.
+The registries are here, in the core, so that reward/ and actors/ can look them up without importing the
+integrations that fill them in; a process that may meet an integration's tasks imports its wiring module.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestra.data.tasks import load_corpus, load_tasks
+from orchestra.types import Task, Trajectory
+
+Corpus = list[dict[str, str]]
+# (spec, data config, tier mapping) -> (tasks, held-out tasks when the source splits itself else None, corpus)
+TaskSource = Callable[[str, Any, dict[str, str] | None], tuple[list[Task], list[Task] | None, Corpus]]
+TASK_SOURCES: dict[str, TaskSource] = {}
+
+
+def register_task_source(prefix: str, load: TaskSource) -> None:
+    """`prefix`: a whole spec (`template`) or a prefix ending in `:` (`loader:`, `tau2:`)."""
+    TASK_SOURCES[prefix] = load
+
+
+def _template(spec: str, data_cfg: Any, tiers: dict[str, str] | None) -> tuple[list[Task], list[Task], Corpus]:
+    from orchestra.data.synth.template import generate_tasks
+
+    families = list(data_cfg.families) or None
+    train = generate_tasks(data_cfg.n_train, data_cfg.seed, families, "train", mapping=tiers)
+    held = generate_tasks(data_cfg.n_heldout, data_cfg.seed, families, "heldout", mapping=tiers)
+    corpus = {p["id"]: p for p in train.corpus + held.corpus}
+    return train.tasks, held.tasks, list(corpus.values())
+
+
+def _loader(spec: str, data_cfg: Any, tiers: dict[str, str] | None) -> tuple[list[Task], None, Corpus]:
+    from orchestra.data.loaders import load
+
+    _, name, path = (spec.split(":", 2) + [""])[:3]
+    loaded = load(name, path, mapping=tiers)
+    return loaded.tasks, None, loaded.corpus
+
+
+def _task_file(spec: str, data_cfg: Any, tiers: dict[str, str] | None) -> tuple[list[Task], None, Corpus]:
+    path = Path(spec)
+    side = path.with_name(path.name.split(".")[0] + ".corpus.jsonl")
+    return load_tasks(path), None, load_corpus(side) if side.is_file() else []
+
+
+register_task_source("template", _template)
+register_task_source("loader:", _loader)
+
+
+def task_source(spec: str) -> TaskSource:
+    """The registered source for `spec`; a spec with no registered prefix is a task file's path."""
+    for prefix, load in TASK_SOURCES.items():
+        if spec == prefix or (prefix.endswith(":") and spec.startswith(prefix)):
+            return load
+    head = spec.split(":", 1)[0]
+    if ":" in spec and head.isidentifier():  # `name:...` names a source, not a file: say which exist
+        raise ValueError(f"unknown task source {head + ':'!r}; registered: {sorted(TASK_SOURCES)}, or a path "
+                         "to a Task .jsonl / .parquet file (the tau2: source needs orchestra.tau2.wiring imported)")
+    return _task_file
+
+
+def split_tasks(tasks: list[Task], n_train: int, n_heldout: int, seed: int) -> tuple[list[Task], list[Task]]:
+    """Deterministic disjoint split of a loaded set: shuffle by seed, held-out first, then train."""
+    order = list(tasks)
+    random.Random(f"split:{seed}").shuffle(order)
+    heldout = order[:n_heldout]
+    train = order[n_heldout:n_heldout + n_train]
+    if not train:
+        raise ValueError(f"only {len(tasks)} tasks: nothing left for training after {n_heldout} held out")
+    return train, heldout
+
+
+def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None) -> tuple[list[Task], list[Task], Corpus]:
+    """(train, heldout, corpus) from DataConfig (source, n_train, n_heldout, families, seed, preference)."""
+    source = str(data_cfg.source)
+    tasks, heldout, corpus = task_source(source)(source, data_cfg, tiers)
+    if heldout is None:
+        families = list(data_cfg.families) or None
+        if families:
+            tasks = [t for t in tasks if t.meta.get("family") in families]
+        if tiers:
+            for t in tasks:
+                t.model_mapping = t.model_mapping or dict(tiers)
+        tasks, heldout = split_tasks(tasks, data_cfg.n_train, data_cfg.n_heldout, data_cfg.seed)
+    return _with_preference(tasks, data_cfg), heldout, corpus
+
+
+def _with_preference(train: list[Task], data_cfg: Any) -> list[Task]:
+    """`data.preference`: `sampled` keeps each task's own vector and draws one (seeded by the task id, as
+    ToolOrchestra) for tasks that came without (benchmark loaders, files); a preset name or
+    `accuracy=1,cost=0.5` gives every training task that one vector; `A|B|...` (presets or weight strings)
+    gives each task one of them, drawn seeded by the task id, so training covers exactly the trade-offs an
+    evaluation compares."""
+    from orchestra.preferences import parse_preference, sample_preference
+
+    spec = str(getattr(data_cfg, "preference", "sampled"))
+    seed = getattr(data_cfg, "seed", 0)
+    if spec == "sampled":
+        for t in train:
+            if not t.pref:  # an empty vector weighs nothing: every episode would score 0
+                t.pref = sample_preference(random.Random(f"pref:{seed}:{t.id}"), list(t.model_mapping))
+        return train
+    choices = [parse_preference(part) for part in spec.split("|")]
+    for t in train:
+        pick = choices[0] if len(choices) == 1 else random.Random(f"pref:{seed}:{t.id}").choice(choices)
+        t.pref = dict(pick)
+    return train
+
+
+# ---------------------------------------------------------------- episode kinds
+class EpisodeRunner(Protocol):
+    """What plays one episode of a task (orchestra.agent.loop.AgentLoop has this `run`)."""
+
+    async def run(self, task: Task, sampling: Any, uid: str = "", episode_id: str = "",
+                  policy_version: int = 0) -> Trajectory: ...
+
+
+@dataclass(frozen=True)
+class RunnerParts:
+    """What a rollout worker lends an episode runner: its engine and prompter, the end-of-turn ids, the agent
+    loop's limits, and the config sections a runner may read (`zoo`, `tau2`, ...) as plain dicts."""
+
+    engine: Any
+    prompter: Any
+    eos_token_ids: list[int]
+    agent_kwargs: dict[str, Any]
+    sections: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class EpisodeKind:
+    """How episodes of a data source are played and judged: `runner(parts)` builds its runner (once per rollout
+    worker, on first use); `judge(traj)` gives its verdict, a reward.judges.Judgement (no gold string needed)."""
+
+    runner: Callable[[RunnerParts], EpisodeRunner]
+    judge: Callable[[Trajectory], Any]
+
+
+EPISODE_KINDS: dict[str, EpisodeKind] = {}
+
+
+def register_episode_kind(prefix: str, kind: EpisodeKind) -> None:
+    """`prefix` of the data_source, e.g. `tau2/`."""
+    EPISODE_KINDS[prefix] = kind
+
+
+def episode_kind(data_source: str) -> tuple[str, EpisodeKind] | None:
+    """(prefix, kind) registered for a data source (the longest matching prefix), or None: the agent loop and
+    the answer judges."""
+    found = [p for p in EPISODE_KINDS if str(data_source).startswith(p)]
+    if not found:
+        return None
+    prefix = max(found, key=len)
+    return prefix, EPISODE_KINDS[prefix]
