@@ -1,7 +1,7 @@
 """The local GRPO learner: a policy, its frozen reference, AdamW, and verl's loss (via orchestra.policy.grpo).
 
-A plain class: cluster/ makes it a Ray actor (`ray.remote(Learner).options(num_cpus=..., num_gpus=...)`) and
-moves samples and weights; nothing here imports ray. The same code runs on CPU or one GPU (`device`); bf16
+A plain class; `LearnerProcess` (below) is the actor's body, which builds a Learner from config inside the
+actor's process; cluster/launch.py makes it a Ray actor and moves samples and weights; nothing here imports ray. The same code runs on CPU or one GPU (`device`); bf16
 autocast is used only on CUDA and only when `autocast="bfloat16"` is asked for.
 
 One `update` = one optimiser step per PPO epoch over the whole batch (verl's ppo_mini_batch = the batch):
@@ -40,15 +40,8 @@ import numpy as np
 import torch
 
 from orchestra.policy import lora
-from orchestra.policy.grpo import (
-    TrainSample,
-    check_options,
-    collate,
-    grpo_loss,
-    sft_loss,
-    to_device,
-    token_logprobs,
-)
+from orchestra.policy.grpo import check_options, collate, grpo_loss, sft_loss, to_device, token_logprobs
+from orchestra.types import TrainSample
 
 OPTIMIZER_FILE, RNG_FILE, STATE_FILE, REF_FILE = "optimizer.pt", "rng_torch.pt", "learner.json", "ref_model.safetensors"
 ADAPTER_DIR = "adapter"  # peft policies: the adapter (resume); REF_FILE then holds the base weights
@@ -364,3 +357,43 @@ class Learner:
         if missing or result.unexpected_keys:
             raise ValueError(f"checkpoint does not match the model: missing {missing[:5]}, "
                              f"unexpected {list(result.unexpected_keys)[:5]}")
+
+
+class LearnerProcess:
+    """The learner actor's body (cluster/launch.py makes it the `learner` actor): builds its policy from config
+    inside its own process (a model is never pickled from the driver) and takes TrainSamples from the object
+    store."""
+
+    def __init__(self, cfg: Any):
+        from orchestra.policy.models import load_policy_from_config, set_torch_threads
+
+        set_torch_threads(cfg.cluster.torch_threads)
+        model, tokenizer = load_policy_from_config(cfg.model, seed=cfg.seed)
+        lo = cfg.model.lora
+        if lo.r > 0:  # LoRA: the learner trains adapters on a frozen base; workers keep plain weights
+            from orchestra.policy.lora import attach
+
+            model = attach(model, lo.r, lo.alpha, lo.dropout, lo.target_modules, lo.layers)
+        self.learner = Learner.from_config(cfg, model, tokenizer=tokenizer)
+
+    def update(self, samples: list[TrainSample]) -> dict[str, float]:
+        return self.learner.update(samples)
+
+    def sft_update(self, samples: list[TrainSample], lr: float | None = None) -> dict[str, float]:
+        return self.learner.sft_update(samples, lr=lr)
+
+    def get_weights(self, adapter_only: bool = False) -> tuple[int, dict[str, Any]]:
+        return self.learner.get_weights(adapter_only=adapter_only)
+
+    def version(self) -> int:
+        return self.learner.version
+
+    def reset_reference(self) -> None:
+        """Make the frozen reference the current policy (after SFT, so KL anchors RL to the warm start)."""
+        self.learner.reset_reference()
+
+    def save(self, directory: str) -> None:
+        self.learner.save(directory)
+
+    def load(self, directory: str) -> None:
+        self.learner.load(directory)

@@ -4,7 +4,7 @@ A plain class; cluster/launch.py makes it a Ray actor (resources from config) wi
 Episodes run concurrently as asyncio tasks, so the HF engine batches their generate calls while tool calls
 (tool-server actors, or in-process tools) are in flight. Each finished trajectory is handed to the reward
 actor at once (streaming: a group is scored as soon as its last member arrives, wherever it ran), and the
-worker returns the scored results. Weights arrive versioned from the learner through the object store.
+worker returns one typed `EpisodeResult` per episode (the trajectory and its score; they pickle as they are). Weights arrive versioned from the learner through the object store.
 
 Tasks whose data source an integration registered (orchestra/data/sources.py; τ²-bench's `tau2/*`, wired in
 orchestra/tau2/wiring.py) run through that integration's episode runner instead of the agent loop, with the
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from actors import metrics
@@ -25,8 +26,20 @@ from orchestra.data.sources import RunnerParts, episode_kind
 from orchestra.engine import Sampling
 from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ²
 from orchestra.types import Task, Trajectory
+from reward.score import Scored
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class EpisodeResult:
+    """One played episode as it comes back from a rollout worker: its trajectory, task and group, and its score
+    from the reward actor (None when the rollout was not scored, e.g. held-out evaluation)."""
+
+    traj: Trajectory
+    task_id: str
+    uid: str
+    scored: Scored | None = None
 
 
 def build_engine(model: Any, tokenizer: Any, kind: str, engine_kwargs: dict[str, Any]) -> Any:
@@ -106,14 +119,14 @@ class RolloutWorker:
         return self.load_weights(*weights)
 
     async def rollout(self, requests: list[dict[str, Any]], sampling: dict[str, Any],
-                      score: bool = True) -> list[dict[str, Any]]:
+                      score: bool = True) -> list[EpisodeResult]:
         """Run episodes; each request is {task, uid, group_size} and optionally `seed` (the episode samples from
         its own stream, so it can be replayed: cluster/replay.py) and `episode_id`. With `score`, each trajectory
         goes to the reward actor as soon as it finishes and the result carries its score; else only the
         trajectory."""
         samp = Sampling(**sampling)
 
-        async def one(req: dict[str, Any]) -> dict[str, Any]:
+        async def one(req: dict[str, Any]) -> EpisodeResult:
             task = Task.from_dict(req["task"])
             s = samp if req.get("seed") is None else dataclasses.replace(samp, seed=int(req["seed"]))
             eid = str(req.get("episode_id", ""))
@@ -125,9 +138,10 @@ class RolloutWorker:
                                   error=f"rollout failed: {type(e).__name__}: {e}")
             metrics.record("episodes_total", preset=metrics.preset_of(task.pref),
                            termination=traj.termination)
-            out: dict[str, Any] = {"traj": traj.to_dict(), "task_id": task.id, "uid": req["uid"]}
+            out = EpisodeResult(traj, task.id, req["uid"])
             if score and self.reward_actor is not None:
-                out["scored"] = await self.reward_actor.submit.remote(out["traj"], req["task"], req["group_size"])
+                out.scored = Scored(**await self.reward_actor.submit.remote(traj.to_dict(), req["task"],
+                                                                            req["group_size"]))
             return out
 
         return list(await asyncio.gather(*(one(r) for r in requests)))
@@ -196,5 +210,5 @@ def _local_tools(zoo: dict[str, Any], corpus_path: str) -> Any:
     return LocalToolClient(build_tools(cfg, **kwargs))
 
 
-def trajectory(result: dict[str, Any]) -> Trajectory:
-    return Trajectory.from_dict(result["traj"])
+def trajectory(result: EpisodeResult) -> Trajectory:
+    return result.traj

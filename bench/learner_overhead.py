@@ -33,7 +33,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from actors.learner import Learner  # noqa: E402
-from orchestra.policy.grpo import TrainSample, collate, to_device, token_logprobs  # noqa: E402
+from orchestra.policy.grpo import collate, to_device, token_logprobs  # noqa: E402
+from orchestra.types import TrainSample  # noqa: E402
 
 
 def policy(device: str):

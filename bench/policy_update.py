@@ -32,7 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from actors.learner import Learner  # noqa: E402
-from orchestra.policy.grpo import TrainSample  # noqa: E402
+from orchestra.types import TrainSample  # noqa: E402
 
 
 def system_ids(tok, experiment: str) -> list[int]:

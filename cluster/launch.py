@@ -124,58 +124,12 @@ def judge_expert(cfg: ExperimentConfig) -> Any:
     return replace(e, model=e.model or name)
 
 
-class LearnerProcess:
-    """The learner as an actor: builds its policy from config inside its own process (a model is never
-    pickled from the driver) and takes samples as plain dicts from the object store."""
-
-    def __init__(self, cfg: ExperimentConfig):
-        from actors.learner import Learner
-        from orchestra.policy.models import load_policy_from_config, set_torch_threads
-
-        set_torch_threads(cfg.cluster.torch_threads)
-        model, tokenizer = load_policy_from_config(cfg.model, seed=cfg.seed)
-        lo = cfg.model.lora
-        if lo.r > 0:  # LoRA: the learner trains adapters on a frozen base; workers keep plain weights
-            from orchestra.policy.lora import attach
-
-            model = attach(model, lo.r, lo.alpha, lo.dropout, lo.target_modules, lo.layers)
-        self.learner = Learner.from_config(cfg, model, tokenizer=tokenizer)
-
-    @staticmethod
-    def _samples(samples: list[dict[str, Any]]) -> list[Any]:
-        from orchestra.policy.grpo import TrainSample
-
-        return [s if isinstance(s, TrainSample) else TrainSample(**s) for s in samples]
-
-    def update(self, samples: list[dict[str, Any]]) -> dict[str, float]:
-        return self.learner.update(self._samples(samples))
-
-    def sft_update(self, samples: list[Any], lr: float | None = None) -> dict[str, float]:
-        from orchestra.policy.grpo import TrainSample
-
-        return self.learner.sft_update([TrainSample.from_sample(s, 0.0) for s in samples], lr=lr)
-
-    def get_weights(self, adapter_only: bool = False) -> tuple[int, dict[str, Any]]:
-        return self.learner.get_weights(adapter_only=adapter_only)
-
-    def version(self) -> int:
-        return self.learner.version
-
-    def reset_reference(self) -> None:
-        """Make the frozen reference the current policy (after SFT, so KL anchors RL to the warm start)."""
-        self.learner.reset_reference()
-
-    def save(self, directory: str) -> None:
-        self.learner.save(directory)
-
-    def load(self, directory: str) -> None:
-        self.learner.load(directory)
-
-
 def start_learner(cfg: ExperimentConfig, name: str = "learner") -> Any:
     c = cfg.cluster
     # Never restarted in place: a restarted learner holds initial weights and no optimizer state, and a queued
     # update would train it silently. Trainer._recover replaces a dead one and restores the last checkpoint.
+    from actors.learner import LearnerProcess
+
     cls = ray.remote(LearnerProcess).options(name=name, num_cpus=c.learner_cpus, num_gpus=c.learner_gpus,
                                              max_restarts=0)
     return cls.remote(cfg)

@@ -1,5 +1,6 @@
 """What a training run shows while it runs: wall time per named phase of a step (`Phases`), progress bars with
-elapsed time and ETA (`Bars`) and the one-line summaries printed per step (`describe`)."""
+elapsed time and ETA (`Bars`), the one-line summaries printed per step (`describe`, `headline`) and the end of
+run's lines (rollout engines' counters, held-out figures per task family)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,38 @@ class Bars:
 
 def describe(result: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items())
+
+
+def headline(m: dict[str, Any]) -> dict[str, Any]:
+    """The few figures a step's or an evaluation's console line shows."""
+    keys = ("score", "reward", "accuracy", "cost_usd", "latency_s", "format_ok")
+    return {k: float(m[k]) for k in keys if k in m}
+
+
+ENGINE_COUNTERS = ("batches", "joins", "rows", "tokens_generated", "prompt_tokens", "reused_prefix_tokens", "busy_s",
+                   "queue_wait_s")
+
+
+def engine_totals(per_worker: list[dict[str, Any]]) -> dict[str, float]:
+    """The rollout engines' counters summed over workers; empty for engines that keep none (vLLM, scripted)."""
+    tot = {k: float(sum(p.get(k, 0) for p in per_worker)) for k in ENGINE_COUNTERS}
+    return tot if tot["batches"] else {}
+
+
+def engine_line(tot: dict[str, float]) -> str:
+    return (f"rollout engines: {tot['batches']:.0f} batches + {tot['joins']:.0f} joins of queued requests into "
+            f"running ones, mean {tot['rows'] / (tot['batches'] + tot['joins']):.1f} rows each, busy "
+            f"{tot['busy_s']:.0f} s at {tot['tokens_generated'] / max(tot['busy_s'], 1e-9):.0f} generated tok/s, "
+            f"{tot['reused_prefix_tokens'] / max(tot['prompt_tokens'], 1):.0%} of prompt tokens reused from kept KV "
+            f"caches, mean wait for a batch {1000 * tot['queue_wait_s'] / tot['rows']:.0f} ms per request")
+
+
+def family_lines(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """One line per task family: held-out score, accuracy and $ before -> after RL."""
+    lines = []
+    for fam, a in after.get("by_family", {}).items():
+        b = before.get("by_family", {}).get(fam, {})
+        change = {k: (f"{b[k]:.3g} -> " if k in b else "") + f"{a[k]:.3g}" for k in ("score", "accuracy", "cost_usd")}
+        lines.append(f"  {fam} ({a['episodes']} episodes): score {change['score']}, accuracy {change['accuracy']}, "
+                     f"$ {change['cost_usd']}")
+    return lines

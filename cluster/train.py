@@ -4,8 +4,8 @@ Runs as a plain process or under `ray job submit --working-dir . -- python -m cl
 the config (orchestra/config/), attaches to a Ray cluster or starts a local one (cluster/launch.py), builds
 the task set, and then runs, as flat named and timed phases:
   SFT warm start (first run only) -> held-out eval ->
-  per step: sample tasks -> rollouts (rewards stream per group) -> advantages -> episode records
-            (cluster/replay.py) -> update -> weight sync
+  per step: sample tasks -> rollouts (the reward actor scores each group as it completes) -> training
+            samples -> episode records (cluster/replay.py) -> update -> weight sync
             -> (eval) -> checkpoint -> log
   -> final held-out eval, plots, summary.
 A run directory that already holds a good checkpoint is resumed from it (same task order; at most the step

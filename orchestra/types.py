@@ -1,6 +1,7 @@
 """The contracts every part of Orchestra speaks: Task, Message, ToolCall, ToolResult, Turn, Trajectory.
 
-Plain dataclasses with `to_dict` / `from_dict`, so they cross Ray, JSONL and verl's parquet unchanged.
+Plain dataclasses with `to_dict` / `from_dict`, so they cross Ray, JSONL and verl's parquet unchanged;
+TrainSample is what a finished episode becomes for a learner (orchestra.agent.loop.episode_samples).
 Nothing here knows about engines, Ray or tools; see DESIGN.md ("Contracts") for the meaning of each field.
 
 The preference vector P is a plain `dict[str, float]` over features `accuracy`, `cost`, `latency` and
@@ -227,3 +228,27 @@ class Trajectory:
         records = [ToolRecord(**{**r, "result": ToolResult.from_dict(r["result"])})
                    for r in data.pop("tool_records", [])]
         return cls(turns=turns, tool_records=records, **data)
+
+
+@dataclass
+class TrainSample:
+    """One training sample, what every learner consumes (the local learner, verl's AgentLoopOutput): one turn
+    (reprompt) or one episode (transcript, tool tokens masked) with its episode's advantage.
+    response_mask: 1 = model token (in the loss), 0 = tool/observation token. Pickles as it is (Ray)."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    logprobs: list[float]  # rollout engine's logprobs of response_ids (0.0 where mask is 0)
+    advantage: float = 0.0
+    turn: int = 0
+    episode_id: str = ""
+    uid: str = ""  # the task's group id
+
+    def __post_init__(self) -> None:
+        n = len(self.response_ids)
+        if len(self.response_mask) != n or len(self.logprobs) != n:
+            raise ValueError(f"TrainSample: response_ids ({n}), response_mask ({len(self.response_mask)}) and "
+                             f"logprobs ({len(self.logprobs)}) must have the same length")
+        if not self.prompt_ids:
+            raise ValueError("TrainSample: prompt_ids is empty (the first response token needs a context)")

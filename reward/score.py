@@ -53,6 +53,11 @@ class Scored:
     status: str = "scored"  # scored | error (failure reward) | late (arrived after its group was scored)
     tool_counts: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def cost_usd(self) -> float:
+        """The episode's $ in all (the `total_usd` of its cost breakdown)."""
+        return float(self.cost.get("total_usd", 0.0))
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

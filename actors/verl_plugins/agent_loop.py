@@ -47,10 +47,10 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from orchestra.agent.loop import AgentLoop, Sample, episode_samples
+from orchestra.agent.loop import AgentLoop, episode_samples
 from orchestra.agent.prompt import Prompter
 from orchestra.engine import Generation, Sampling
-from orchestra.types import Task, ToolCall, ToolContext, ToolResult, Trajectory
+from orchestra.types import Task, ToolCall, ToolContext, ToolResult, TrainSample, Trajectory
 from reward.rubric import rubric_of
 
 AGENT_NAME = "orchestra"
@@ -172,11 +172,11 @@ def episode_outputs(traj: Trajectory, extra: dict[str, Any], *, prompt_len: int,
     """reprompt: one output per turn; transcript: one output with tool tokens masked (0).
     An episode with no turn (engine failed at once) still yields one fully-masked output, so its session
     exists in verl's batch and its group keeps G members."""
-    samples: list[Sample] = episode_samples(traj)
+    samples: list[TrainSample] = episode_samples(traj)
     tool_s = sum(r.result.latency_s for r in traj.tool_records)
     calls = len(traj.tool_records)
     if not samples:
-        samples = [Sample(list(fallback_prompt), [pad_id], [0], [0.0], 0)]
+        samples = [TrainSample(list(fallback_prompt), [pad_id], [0], [0.0], turn=0)]
     outs = []
     for i, s in enumerate(samples):
         metrics = AgentLoopMetrics(generate_sequences=traj.gen_latency_s if i == len(samples) - 1 else 0.0,

@@ -17,13 +17,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from orchestra.agent.parse import parse
 from orchestra.agent.prompt import Prompter
 from orchestra.engine import Engine, Sampling
-from orchestra.types import Task, ToolCall, ToolContext, ToolRecord, ToolResult, Trajectory, Turn
+from orchestra.types import Task, ToolCall, ToolContext, ToolRecord, ToolResult, TrainSample, Trajectory, Turn
 
 
 class ToolClient(Protocol):
@@ -243,25 +242,15 @@ class _Episode:
         return self.traj
 
 
-@dataclass
-class Sample:
-    """One training sample: what the learner (local or verl) consumes. mask 1 = model token, 0 = tool token."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    response_mask: list[int]
-    logprobs: list[float]
-    turn: int = 0
-
-
-def episode_samples(traj: Trajectory) -> list[Sample]:
-    """reprompt: one sample per turn. transcript: one sample, observation tokens masked out (mask 0)."""
+def episode_samples(traj: Trajectory) -> list[TrainSample]:
+    """The learner's samples of an episode (advantage 0: the reward side sets it): reprompt, one per turn;
+    transcript, one, observation tokens masked out (mask 0)."""
     turns = traj.turns
     if not turns:
         return []
     if traj.context_mode == "reprompt":
-        return [Sample(t.prompt_ids, t.response_ids, [1] * len(t.response_ids), t.logprobs, i)
-                for i, t in enumerate(turns)]
+        return [TrainSample(t.prompt_ids, t.response_ids, [1] * len(t.response_ids), t.logprobs, turn=i,
+                            episode_id=traj.episode_id, uid=traj.uid) for i, t in enumerate(turns)]
     response: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
@@ -274,4 +263,5 @@ def episode_samples(traj: Trajectory) -> list[Sample]:
             response += obs
             mask += [0] * len(obs)
             logprobs += [0.0] * len(obs)
-    return [Sample(turns[0].prompt_ids, response, mask, logprobs, 0)]
+    return [TrainSample(turns[0].prompt_ids, response, mask, logprobs, turn=0, episode_id=traj.episode_id,
+                        uid=traj.uid)]

@@ -63,7 +63,7 @@ async def _demos(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_
 def demo_samples(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_kwargs: dict[str, Any],
                  agent_kwargs: dict[str, Any], eos_ids: list[int], n: int, seed: int,
                  max_tokens: int = 96, candidates: int = 1, scorer: Scorer | None = None) -> list[Any]:
-    """`n` random-choice demonstration episodes -> training samples (orchestra.agent.loop.Sample); with
+    """`n` random-choice demonstration episodes -> training samples (orchestra.types.TrainSample); with
     `candidates` > 1, each the best of that many under `scorer` (needed then)."""
     if not tasks:
         raise ValueError("SFT needs at least one task")

@@ -1,6 +1,6 @@
 """GRPO math for the local learner, in plain torch: training samples -> padded tensors -> per-token logprobs -> loss.
 
-- `TrainSample`: one turn (reprompt) or one episode (transcript) with its episode's advantage.
+- `TrainSample` (orchestra/types.py): one turn (reprompt) or one episode (transcript) with its advantage.
 - `collate`: samples -> a dict of tensors. Layout: each row is `prompt + response` contiguous, then right-padded
   to the longest row (less padding than verl's left-padded prompt block when reprompt prompts vary in length);
   `response_index` says where each response token sits in `input_ids`, so no row needs a common prompt length.
@@ -21,41 +21,14 @@ Running the optimiser, micro-batching and checkpoints are left to actors/learner
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from orchestra.types import TrainSample
+
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-
-
-@dataclass
-class TrainSample:
-    """What the learner trains on. response_mask: 1 = model token (in the loss), 0 = tool/observation token."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    response_mask: list[int]
-    logprobs: list[float]  # rollout engine's logprobs of response_ids (0.0 where mask is 0)
-    advantage: float = 0.0
-    turn: int = 0
-    episode_id: str = ""
-    uid: str = ""  # the task's group id
-
-    def __post_init__(self) -> None:
-        n = len(self.response_ids)
-        if len(self.response_mask) != n or len(self.logprobs) != n:
-            raise ValueError(f"TrainSample: response_ids ({n}), response_mask ({len(self.response_mask)}) and "
-                             f"logprobs ({len(self.logprobs)}) must have the same length")
-        if not self.prompt_ids:
-            raise ValueError("TrainSample: prompt_ids is empty (the first response token needs a context)")
-
-    @classmethod
-    def from_sample(cls, sample: Any, advantage: float, episode_id: str = "", uid: str = "") -> TrainSample:
-        """From orchestra.agent.loop.Sample (prompt_ids, response_ids, response_mask, logprobs, turn)."""
-        return cls(list(sample.prompt_ids), list(sample.response_ids), list(sample.response_mask),
-                   list(sample.logprobs), float(advantage), getattr(sample, "turn", 0), episode_id, uid)
 
 
 def collate(samples: list[TrainSample], pad_id: int, max_len: int | None = None) -> dict[str, torch.Tensor]:

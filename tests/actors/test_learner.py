@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from actors.learner import Learner
-from orchestra.policy.grpo import TrainSample, collate, grpo_loss, token_logprobs
+from orchestra.policy.grpo import collate, grpo_loss, token_logprobs
+from orchestra.types import TrainSample
 
 PAD = 0
 

@@ -201,9 +201,9 @@ def chaos_step(trainer: Any, kill: Any, probe: Any, when: Any = None) -> dict[st
                     return
                 time.sleep(0.2)
 
-    def chaos_rollout(requests: list[dict[str, Any]], eval_mode: bool = False) -> list[dict[str, Any]]:
+    def chaos_rollout(requests: list[dict[str, Any]], eval_mode: bool = False, bar: Any = None) -> list[Any]:
         if eval_mode:
-            return rollout(requests, eval_mode)
+            return rollout(requests, eval_mode, bar)
         out["attempts"] += 1
         requested.extend(r["uid"] for r in requests)
         if out["attempts"] == 1:
@@ -235,10 +235,10 @@ def chaos_step(trainer: Any, kill: Any, probe: Any, when: Any = None) -> dict[st
     finally:
         trainer.rollout, trainer._sampling = rollout, sampling
     failure = trainer.cfg.reward.failure_reward
-    ok = [r for r in answered if "scored" in r and (r["scored"]["status"] in ("scored", "late") or (
-        r["scored"]["status"] == "error" and r["scored"]["reward"] == failure))]
-    out["unaccounted"] = sum((Counter(requested) - Counter(r["uid"] for r in ok)).values())  # by identity
-    out["statuses"] = sorted(r["scored"]["status"] for r in answered if "scored" in r)
+    ok = [r for r in answered if r.scored is not None and (r.scored.status in ("scored", "late") or (
+        r.scored.status == "error" and r.scored.reward == failure))]
+    out["unaccounted"] = sum((Counter(requested) - Counter(r.uid for r in ok)).values())  # by identity
+    out["statuses"] = sorted(r.scored.status for r in answered if r.scored is not None)
     rows = {r["step"]: r for r in read_metrics(trainer.dir / "metrics.jsonl", kind="train")}
     out["row"] = rows.get(target)
     out["checkpoints"] = check_checkpoints(trainer.dir)

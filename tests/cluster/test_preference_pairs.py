@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.trainer import paired_tasks, step_requests
+from cluster.rollouts import paired_tasks, step_requests
 from orchestra.config import ConfigError, load_config
 from orchestra.preferences import PRESETS, paired_preferences, parse_pairs
 from orchestra.types import Task

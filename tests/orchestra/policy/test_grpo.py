@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from orchestra.policy.grpo import TrainSample, collate, grpo_loss, sft_loss, token_logprobs
+from orchestra.policy.grpo import collate, grpo_loss, sft_loss, token_logprobs
+from orchestra.types import TrainSample
 
 PAD = 0
 

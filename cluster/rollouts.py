@@ -1,0 +1,136 @@
+"""Rollout dispatch for the local backend: which episodes a step plays, and playing them on the rollout workers.
+
+- `TaskSampler`: the deterministic task order (epoch e is a permutation seeded by (seed, e); step s takes the next
+  slice), so a resumed run sees the same tasks; `step_requests` / `paired_tasks`: a step's groups, one per task
+  or, with preference pairing (`data.preference_pairs`), one per (task, vector).
+- `Dispatch`: whole groups spread over the worker actors, `ray.wait` for them; a dead worker's episodes become
+  error results (scored with the failure reward when the step is scored), and weight sync from the learner.
+Results come back typed (actors/rollout_worker.EpisodeResult). Which phase runs when is cluster/trainer.py's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from typing import Any
+
+import ray
+
+from actors.rollout_worker import EpisodeResult
+from orchestra.preferences import paired_preferences
+from orchestra.types import Task, Trajectory
+from reward.score import Scored
+
+
+class TaskSampler:
+    """Deterministic task order: epoch e is a permutation seeded by (seed, e); step s takes the next slice."""
+
+    def __init__(self, tasks: list[Task], per_step: int, seed: int):
+        self.tasks, self.per_step, self.seed = tasks, per_step, seed
+
+    def batch(self, step: int) -> list[Task]:
+        out, n = [], len(self.tasks)
+        for k in range((step - 1) * self.per_step, step * self.per_step):
+            epoch, pos = divmod(k, n)
+            order = list(range(n))
+            random.Random(f"{self.seed}:{epoch}").shuffle(order)
+            out.append(self.tasks[order[pos]])
+        return out
+
+
+def step_requests(tasks: list[Task], step: int, group_size: int, pairs: str = "", seed: int = 0
+                  ) -> list[dict[str, Any]]:
+    """One step's rollout requests: `group_size` episodes per task, one group (uid) each. With preference
+    pairing (`data.preference_pairs`) each task is rolled out under every vector of the pairing, one group
+    per (task, vector), each request carrying the task with that vector: the reward actor scores every
+    episode under its own vector and baselines it against the same task under the same vector, so the
+    advantage says which route suits *this* preference on *this* task."""
+    out: list[dict[str, Any]] = []
+    for i, t in enumerate(tasks):
+        if not pairs:
+            out += [{"task": t.to_dict(), "uid": f"s{step}-{i}-{t.id}", "group_size": group_size}
+                    for _ in range(group_size)]
+            continue
+        for k, pref in enumerate(paired_preferences(pairs, t.id, step, seed, list(t.model_mapping))):
+            task = {**t.to_dict(), "pref": pref}
+            out += [{"task": task, "uid": f"s{step}-{i}-{t.id}-p{k}", "group_size": group_size}
+                    for _ in range(group_size)]
+    return out
+
+
+def paired_tasks(tasks: list[Task], pairs: str, seed: int = 0) -> list[Task]:
+    """SFT with `sft.paired`: every task under every vector of the pairing, interleaved (task 0 under each
+    vector, then task 1, ...) so a prefix of the list covers whole tasks. Sampled vectors are drawn as for
+    RL step -1 (a stream of their own)."""
+    return [dataclasses.replace(t, pref=pref) for t in tasks
+            for pref in paired_preferences(pairs, t.id, -1, seed, list(t.model_mapping))]
+
+
+class Dispatch:
+    """Rollouts on the worker actors, and weight sync to them."""
+
+    def __init__(self, workers: list[Any], reward: Any, start_timeout_s: float, console: Any, bars: Any):
+        self.workers, self.reward, self.start_timeout_s = workers, reward, start_timeout_s
+        self.console, self.bars = console, bars
+
+    def run(self, requests: list[dict[str, Any]], sampling: dict[str, Any], score: bool,
+            bar: Any = None) -> list[EpisodeResult]:
+        """Spread whole groups over the workers; ray.wait for them; a dead worker's episodes become errors."""
+        by_uid: dict[str, list[dict[str, Any]]] = {}
+        for r in requests:
+            by_uid.setdefault(r["uid"], []).append(r)
+        shards: list[list[dict[str, Any]]] = [[] for _ in self.workers]
+        for i, group in enumerate(by_uid.values()):
+            shards[i % len(shards)].extend(group)
+        pending = {w.rollout.remote(shard, sampling, score=score): shard
+                   for w, shard in zip(self.workers, shards) if shard}
+        results: list[EpisodeResult] = []
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            shard = pending.pop(done[0])
+            try:
+                results.extend(ray.get(done[0]))
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                self.console.print(f"[red]rollout worker failed ({type(e).__name__}); {len(shard)} episodes "
+                                   "marked as errors with the failure reward[/]")
+                results.extend(self._failed(shard, f"rollout worker died: {type(e).__name__}", score))
+            if bar is not None:
+                self.bars.advance(bar, len(shard))
+        return results
+
+    def _failed(self, shard: list[dict[str, Any]], reason: str, score: bool) -> list[EpisodeResult]:
+        out = [EpisodeResult(Trajectory(task_id=r["task"]["id"], uid=r["uid"], termination="error", error=reason),
+                             r["task"]["id"], r["uid"]) for r in shard]
+        if score:  # submit every member before waiting: a group is answered only once it is complete
+            refs = [self.reward.submit.remote(o.traj.to_dict(), r["task"], r["group_size"])
+                    for o, r in zip(out, shard, strict=True)]
+            for o, scored in zip(out, ray.get(refs), strict=True):
+                o.scored = Scored(**scored)
+        return out
+
+    def sync_weights(self, learner: Any, only_stale: bool = False, adapter_only: bool = False) -> int:
+        """Push the learner's weights to the workers (one object-store object read by all). A worker that is
+        restarting is waited for; with `only_stale`, only workers behind the learner's version are updated
+        (a restarted worker comes back with its initial weights, so it gets full weights). `adapter_only`:
+        a LoRA learner sends its adapter, which workers merge into the weights of their last full sync."""
+        weights = learner.get_weights.remote(adapter_only=adapter_only and not only_stale)
+        workers = self.workers
+        if only_stale:
+            current = self.call_all([w.ready_version.remote for w in workers])
+            target = ray.get(learner.version.remote())
+            workers = [w for w, v in zip(workers, current, strict=True) if v != target]
+            if not workers:
+                return target
+        return self.call_all([lambda w=w: w.load_weights_packed.remote(weights) for w in workers])[0]
+
+    def call_all(self, calls: list[Any]) -> list[Any]:
+        """ray.get of one call per actor, retrying actors that are restarting (until cluster.start_timeout_s)."""
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            try:
+                return ray.get([call() for call in calls])
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
