@@ -3,7 +3,7 @@
 `ToolServer` is a plain async class hosting ONE tool, built inside the actor from (zoo config dict, tool
 name) through tools/registry.py so no big object (index, corpus) is pickled. Around every call it adds what
 production tool servers need: a concurrency limit, a token-bucket rate limit, a per-call timeout, bounded
-retries with exponential backoff for results flagged `meta["retryable"]`, an optional LRU result cache, and
+retries with exponential backoff for results flagged `retryable`, an optional LRU result cache, and
 reports service time (`latency_s`, from the tool) apart from queueing (`meta["queue_s"]`).
 Paid calls go through the `SpendLedger`: reserve the call's cost bound first, settle the actual cost after;
 a refused reservation is a "budget exhausted" error result, so the run cap holds exactly under concurrency
@@ -203,7 +203,7 @@ class ToolServer:
             result = await self._once(args, ctx)
             cost += result.cost_usd
             latency += result.latency_s
-            if result.ok or not result.meta.get("retryable") or attempt == self.retries:
+            if result.ok or not result.retryable or attempt == self.retries:
                 break
             self.counts["retries"] += 1
             pause = self.backoff_s * (2 ** attempt)
@@ -229,12 +229,12 @@ class ToolServer:
                     grant = await self.ledger.reserve.remote(bound)
                 except Exception as e:  # no ledger, no paid calls: refusing is the safe side
                     return ToolResult.failure(f"{self.name}: spend ledger unavailable ({type(e).__name__})",
-                                              meta={"budget_refused": True, "retryable": True})
+                                              refused=True, retryable=True)
                 if not grant["ok"]:
                     return ToolResult.failure(
                         f"budget exhausted: the run's spend cap of ${grant['cap']:.4f} is reached "
                         f"(${grant['spent']:.4f} spent, ${grant['reserved']:.4f} reserved; this call could cost "
-                        f"${bound:.6f})", meta={"budget_refused": True, "spend_cap": True})
+                        f"${bound:.6f})", refused=True, meta={"spend_cap": True})
                 token = grant["token"]
         settle = 0.0
         try:
@@ -362,7 +362,7 @@ class RayToolClient:
         except _ACTOR_ERRORS as e:
             return ToolResult.failure(f"{call.name}: its tool server failed during the call "
                                       f"({type(e).__name__}); it is being restarted, try again",
-                                      meta={"actor_error": True, "retryable": True})
+                                      retryable=True, meta={"actor_error": True})
         except Exception as e:  # anything else Ray raises is still an observation, not a crash
             return ToolResult.failure(f"{call.name}: tool server error: {type(e).__name__}: {str(e)[:200]}",
                                       meta={"actor_error": True})

@@ -65,7 +65,7 @@ class InstantRetriever:
         from orchestra.types import ToolResult
 
         doc = f"(stand-in passage for {args['query'][:60]!r})"
-        return ToolResult(text=doc, meta={"documents": [doc]})
+        return ToolResult(text=doc, documents=[doc])
 
 
 class InstantSandbox(InstantRetriever):
@@ -77,7 +77,7 @@ class InstantSandbox(InstantRetriever):
     async def call(self, args: dict[str, Any], ctx: Any) -> Any:
         from orchestra.types import ToolResult
 
-        return ToolResult(text="(stand-in: code not run)", meta={"code_output": "(stand-in: code not run)"})
+        return ToolResult(text="(stand-in: code not run)", code_output="(stand-in: code not run)")
 
 
 def build_config(corpus_path: str, latency_s: float, concurrency: int, client_cap: int = 0) -> Any:

@@ -18,8 +18,10 @@ from typing import Any
 Preference = dict[str, float]
 BASE_FEATURES = ("accuracy", "cost", "latency")
 
-# Gymnasium's split: answered = terminated; the rest are truncations or failures.
-TERMINATIONS = ("answered", "max_turns", "budget", "error")
+# Gymnasium's split: answered = terminated; out of turns, out of context room or over budget = truncated;
+# error = failed. Trajectory refuses any other value.
+TERMINATIONS = ("answered", "max_turns", "context", "budget", "error")
+TRUNCATIONS = ("max_turns", "context", "budget")
 
 
 def check_preference(pref: dict[str, Any]) -> Preference:
@@ -106,9 +108,20 @@ class Message:
         return out
 
 
+# Typed signals of a ToolResult and the meta key each is also shown under (traces, records, older records).
+SIGNAL_KEYS = {"answer": "answer", "documents": "documents", "code_output": "code_output",
+               "refused": "budget_refused", "retryable": "retryable", "message": "agent_message"}
+
+
 @dataclass
 class ToolResult:
-    """What a tool call returns. Errors and timeouts are returned here, never raised."""
+    """What a tool call returns. Errors and timeouts are returned here, never raised.
+
+    The typed fields after `meta` are the signals an episode and the tool server act on; `meta` holds free-form
+    facts for display (expert model, doc ids, `estimated`, `queue_s`, `cached`, ...) and a copy of the signals
+    that are set, under SIGNAL_KEYS. The stored form (`to_dict`: records, JSON) carries the signals in meta
+    only, as records always have; a result built from it, or from a tool that reports a signal only in meta,
+    has the signal read into its field on construction."""
 
     text: str
     cost_usd: float = 0.0
@@ -116,9 +129,22 @@ class ToolResult:
     tokens_in: int = 0
     tokens_out: int = 0
     error: str | None = None
-    # Tool-specific facts: expert model name, final `answer` (ends the episode), retrieved `documents`,
-    # `code_output`, `estimated` (cost is an estimate), `queue_s`, `cached`.
     meta: dict[str, Any] = field(default_factory=dict)
+    answer: str | None = None  # the final answer: the episode ends, answered
+    documents: list[str] | None = None  # retrieved passages (a search's result, also when none were found)
+    code_output: str | None = None  # what executed code printed
+    refused: bool = False  # a budget refusal: the call was not made, and the episode ends (budget)
+    retryable: bool | None = None  # a transient failure the tool server may retry (None: the tool did not say)
+    message: str | None = None  # τ²'s call_expert: words said to the user as the agent's turn
+
+    def __post_init__(self):
+        for attr, key in SIGNAL_KEYS.items():
+            value = getattr(self, attr)
+            if value is None or (attr == "refused" and not value):  # unset: a signal reported in meta only
+                if self.meta.get(key) is not None:
+                    setattr(self, attr, self.meta[key])
+            else:
+                self.meta.setdefault(key, value)
 
     @property
     def ok(self) -> bool:
@@ -129,7 +155,10 @@ class ToolResult:
         return cls(text=f"Error: {message}", error=message, **kw)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        for attr in SIGNAL_KEYS:  # stored in meta (see the class docstring)
+            del out[attr]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolResult:
@@ -196,7 +225,7 @@ class Trajectory:
     cost_usd: float = 0.0  # tools + experts (+ orchestrator tokens once accounted)
     latency_s: float = 0.0  # sum of tool service times
     tool_counts: dict[str, int] = field(default_factory=dict)  # tool id -> turns whose first call used it
-    termination: str = "error"
+    termination: str = "error"  # one of TERMINATIONS (checked on every assignment)
     context_mode: str = "reprompt"
     tool_records: list[ToolRecord] = field(default_factory=list)
     gen_latency_s: float = 0.0
@@ -204,13 +233,18 @@ class Trajectory:
     episode_id: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "termination" and value not in TERMINATIONS:
+            raise ValueError(f"termination must be one of {TERMINATIONS}, got {value!r}")
+        super().__setattr__(name, value)
+
     @property
     def terminated(self) -> bool:
         return self.termination == "answered"
 
     @property
     def truncated(self) -> bool:
-        return self.termination in ("max_turns", "budget")
+        return self.termination in TRUNCATIONS
 
     @property
     def policy_tokens(self) -> tuple[int, int]:
@@ -218,7 +252,9 @@ class Trajectory:
         return sum(len(t.prompt_ids) for t in self.turns), sum(len(t.response_ids) for t in self.turns)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["tool_records"] = [r.to_dict() for r in self.tool_records]  # results in their stored form
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:

@@ -48,7 +48,7 @@ async def guarded_call(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> To
     if ctx.budget_usd_left is not None and bound > ctx.budget_usd_left + 1e-12:
         return ToolResult.failure(
             f"budget exhausted: {tool.name} could cost up to ${bound:.6f} but ${max(ctx.budget_usd_left, 0):.6f} is left",
-            meta={"budget_refused": True, "cost_bound": bound},
+            refused=True, meta={"cost_bound": bound},
         )
     start = time.perf_counter()
     try:

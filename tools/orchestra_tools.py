@@ -4,10 +4,10 @@ Each tool takes one argument, `model`: a tier id (search-1..3, reasoner-1..3, an
 that the task's `model_mapping` (falling back to the zoo's `tiers`) maps to an expert. The expert is reached
 through the Expert protocol (tools/experts/: real, simulated or replayed), so the tools never know which.
 - search: the expert writes a query (`<query>...</query>`), the search backend (retriever or web search, a
-  Tool taking {"query"}) runs it; meta["documents"] holds the passages. cost = expert + backend fee.
+  Tool taking {"query"}) runs it; the result's `documents` holds the passages. cost = expert + backend fee.
 - enhance_reasoning: the expert writes Python (a fenced block), the sandbox (a Tool taking {"code"}) runs it
-  for real; meta["code_output"] holds what it printed.
-- answer: the expert answers with the problem, documents and code outputs as context; meta["answer"] is the
+  for real; the result's `code_output` holds what it printed.
+- answer: the expert answers with the problem, documents and code outputs as context; the result's `answer` is the
   extracted answer (\\boxed{}, <answer>, or the last line), which ends the episode.
 schema(task) renders each tier's price ($/Mtok, after task.pricing overrides) and typical latency, as
 ToolOrchestra does, so the orchestrator can trade accuracy for cost. Prompt wording and extractors are
@@ -238,12 +238,12 @@ class SearchTool(TieredExpertTool):
         lines = [ln.strip() for ln in reply.text.splitlines() if ln.strip()]
         query = (found[-1].strip() if found else (lines[-1] if lines else "")) or ctx.task.problem
         res = await self.run_backend({"query": query}, ctx, base)
-        docs = [str(d) for d in (res.meta.get("documents") or [])]
-        meta.update(query=query, documents=docs, backend_cost_usd=res.cost_usd)
+        docs = [str(d) for d in (res.documents or [])]
+        meta.update(query=query, backend_cost_usd=res.cost_usd)
         if not res.ok:
-            return ToolResult.failure(f"search for {query!r} failed: {res.error}", meta=meta, **base)
+            return ToolResult.failure(f"search for {query!r} failed: {res.error}", meta=meta, documents=docs, **base)
         body = "\n".join(f"[{i + 1}] {d}" for i, d in enumerate(docs)) or "(no results)"
-        return ToolResult(f"Query: {query}\n{body}", meta=meta, **base)
+        return ToolResult(f"Query: {query}\n{body}", meta=meta, documents=docs, **base)
 
 
 class EnhanceReasoningTool(TieredExpertTool):
@@ -261,15 +261,12 @@ class EnhanceReasoningTool(TieredExpertTool):
             return ToolResult.failure("enhance_reasoning: the expert wrote no Python code", meta=meta, **base)
         code = blocks[-1].strip()
         res = await self.run_backend({"code": code}, ctx, base)
-        output = res.meta.get("code_output")
-        output = str(output) if output is not None else res.text
+        output = str(res.code_output) if res.code_output is not None else res.text
         meta["code"] = code
         if not res.ok:  # a timeout keeps its partial output; a sandbox that could not run gives none
-            if output.strip() and output != res.text:
-                meta["code_output"] = output
-            return ToolResult.failure(f"enhance_reasoning: {res.error}", meta=meta, **base)
-        meta["code_output"] = output
-        return ToolResult(f"Code:\n{code}\nOutput:\n{output}", meta=meta, **base)
+            partial = output if output.strip() and output != res.text else None
+            return ToolResult.failure(f"enhance_reasoning: {res.error}", meta=meta, code_output=partial, **base)
+        return ToolResult(f"Code:\n{code}\nOutput:\n{output}", meta=meta, code_output=output, **base)
 
 
 class AnswerTool(TieredExpertTool):
@@ -282,11 +279,10 @@ class AnswerTool(TieredExpertTool):
         answer = reply.meta.get("answer")
         if answer is None:
             answer = extract_answer(reply.text, self.prompts.answer_extractors)
-        meta["answer"] = str(answer)
         for key in ("sim_correct", "recorded_correct"):  # for evaluation only; never shown to the orchestrator
             if key in reply.meta:
                 meta[key] = reply.meta[key]
-        return ToolResult(f"Answer: {answer}", meta=meta, **base)
+        return ToolResult(f"Answer: {answer}", meta=meta, answer=str(answer), **base)
 
 
 ORCHESTRA_TOOLS = {cls.name: cls for cls in (SearchTool, EnhanceReasoningTool, AnswerTool)}

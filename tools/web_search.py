@@ -150,7 +150,7 @@ class WebSearch:
         answer = response.get("answer")
         text = (f"Answer: {answer}\n\n" if isinstance(answer, str) and answer else "") + "\n\n".join(blocks)
         return ToolResult(text=text or f"No web results for {query!r}.", cost_usd=cost, latency_s=latency,
-                          meta={"documents": docs, "urls": urls, "cached": cached, "query": query})
+                          documents=docs, meta={"urls": urls, "cached": cached, "query": query})
 
 
 def _describe(error: Exception, key: str) -> str:

@@ -329,7 +329,7 @@ def trace_of(traj: Trajectory, tiers: dict[str, str] | None = None) -> list[dict
     return [{"turn": r.turn, "tool": r.name, "tier": r.tool_id,
              "expert": r.result.meta.get("model") or tiers.get(r.tool_id),
              "cost_usd": r.result.cost_usd, "latency_s": r.result.latency_s, "error": r.result.error,
-             "budget_refused": bool(r.result.meta.get("budget_refused")),
+             "budget_refused": r.result.refused,
              "simulated": bool(r.result.meta.get("simulated"))} for r in traj.tool_records]
 
 

@@ -3,8 +3,10 @@
 The same loop runs in training rollout workers, the Serve endpoint and inside verl: the engine and the
 ToolClient are injected (in-process tools, Ray tool-server actors, or verl's LLM server client).
 An episode ends when the `answer` tool returns an answer (or, in answer_mode=text, when the model replies
-without a tool call) -> `answered` (terminated); when turns run out -> `max_turns`; when a $ / seconds /
-turns budget is hit or a call would exceed it -> `budget` (truncated); on an engine failure -> `error`.
+without a tool call) -> `answered` (terminated); when turns run out -> `max_turns`; when the context has no
+room left for a reply -> `context`; when a $ / seconds / turns budget is hit or a call would exceed it ->
+`budget` (truncated); on an engine failure -> `error`. The loop acts on ToolResult's typed signals (answer,
+documents, code_output, refused), never on its free-form meta.
 Model garbage never ends an episode: it becomes a parse-error observation for the next turn.
 
 Context modes (see orchestra/agent/prompt.py): `reprompt` renders a fresh prompt per turn (each turn is its own
@@ -19,6 +21,7 @@ import uuid
 from collections import Counter
 from typing import Any, Protocol
 
+from orchestra.agent.budget import Budget
 from orchestra.agent.parse import parse
 from orchestra.agent.prompt import Prompter
 from orchestra.engine import Engine, Sampling
@@ -90,7 +93,7 @@ class _Episode:
     def __init__(self, loop: AgentLoop, task: Task, sampling: Sampling, uid: str, episode_id: str,
                  version: int, usd: float | None, seconds: float | None, turns: int | None, on_step: Any):
         self.loop, self.task, self.sampling, self.version, self.on_step = loop, task, sampling, version, on_step
-        self.usd, self.seconds = usd, seconds
+        self.budget = Budget(usd, seconds)
         self.turn_cap = min(loop.max_turns, turns) if turns is not None else loop.max_turns
         self.traj = Trajectory(task_id=task.id, uid=uid, episode_id=episode_id, context_mode=loop.context_mode,
                                termination="max_turns")
@@ -116,10 +119,7 @@ class _Episode:
         return self.traj.latency_s + extra
 
     def _over_budget(self) -> bool:
-        # $ is enforced before each paid call (refusal); this catches a tool that charged beyond its bound.
-        if self.usd is not None and self.traj.cost_usd > self.usd + 1e-12:
-            return True
-        return self.seconds is not None and self._seconds_spent() >= self.seconds
+        return self.budget.exceeded(self.traj.cost_usd, self._seconds_spent())
 
     def _prompt_ids(self) -> list[int]:
         p = self.loop.prompter
@@ -139,7 +139,7 @@ class _Episode:
             prompt_ids = self._prompt_ids()
             room = self.loop.max_context_tokens - len(prompt_ids)
             if room < 8:
-                self.traj.termination = "max_turns"  # context exhausted: out of room to act
+                self.traj.termination = "context"  # out of room to act
                 self.traj.meta["context_exhausted"] = True
                 return
             sampling = self.sampling
@@ -177,11 +177,11 @@ class _Episode:
                 for call in turn.tool_calls:
                     result = await self._call(call, turn_no)
                     observations.append(self.loop.prompter.observation(result.text))
-                    if result.meta.get("budget_refused"):
+                    if result.refused:
                         self.traj.termination = "budget"
                         return
-                    if result.ok and "answer" in result.meta:
-                        self._answer(str(result.meta["answer"]), turn_no)
+                    if result.ok and result.answer is not None:
+                        self._answer(str(result.answer), turn_no)
                         return
                     if self._over_budget():
                         self.traj.termination = "budget"
@@ -199,7 +199,7 @@ class _Episode:
             result = ToolResult.failure(f"unknown tool {call.name!r}; valid tools are: {', '.join(self.names)}",
                                         meta={"unknown_tool": True})
         else:
-            left = None if self.usd is None else self.usd - self.traj.cost_usd
+            left = self.budget.usd_left(self.traj.cost_usd)
             ctx = ToolContext(task=self.task, episode_id=self.traj.episode_id, turn=turn_no,
                               attempt=self.attempt_counts[call.tool_id], documents=list(self.documents),
                               code_outputs=list(self.code_outputs), budget_usd_left=left)
@@ -209,11 +209,11 @@ class _Episode:
         self.traj.latency_s += max(result.latency_s, 0.0)
         self.traj.tool_records.append(ToolRecord(turn=turn_no, name=call.name, tool_id=call.tool_id,
                                                  arguments=call.arguments, result=result))
-        docs = result.meta.get("documents") or []
+        docs = result.documents or []
         self.documents.extend(str(d) for d in docs)
-        if result.meta.get("code_output") is not None:
-            self.code_outputs.append(str(result.meta["code_output"]))
-        if not docs and result.meta.get("code_output") is None and "answer" not in result.meta:
+        if result.code_output is not None:
+            self.code_outputs.append(str(result.code_output))
+        if not docs and result.code_output is None and result.answer is None:
             self.attempts.append(f"turn {turn_no + 1}: {call.name}({call.tool_id}) -> {result.text}")
         self._emit("observation", {"turn": turn_no, "name": call.name, "text": result.text[:500],
                                    "cost_usd": result.cost_usd, "latency_s": result.latency_s,

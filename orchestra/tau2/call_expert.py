@@ -4,7 +4,7 @@ In ToolOrchestra's τ² setup the orchestrator keeps the domain tools and replac
 with `call_expert`: the chosen expert sees the policy, the tools and the conversation so far and acts in the
 agent's place. Its reply follows the original's output convention, `<think>...</think>` (ignored), then
 either `<message>...</message>` (said to the user) or `<tool_call>{...}</tool_call>` blocks (run against the
-episode's own environment). A message comes back with meta["agent_message"], which the episode driver sends
+episode's own environment). A message comes back as the result's `message`, which the episode driver sends
 to the user as the agent's turn; tool calls are executed here and their outputs are the observation.
 
 Tiers `expert-1..n` map to expert names (task.model_mapping first, then the zoo's tiers); the expert's tokens
@@ -151,8 +151,7 @@ class CallExpertTool:
         if out.error:
             return ToolResult.failure(f"{self.name}: the expert's reply was unusable: {out.error}", meta=meta, **base)
         if out.message is not None:
-            meta["agent_message"] = out.message
-            return ToolResult(f"Expert {tier} told the user: {out.message}", meta=meta, **base)
+            return ToolResult(f"Expert {tier} told the user: {out.message}", meta=meta, message=out.message, **base)
         lines, start = [], time.perf_counter()
         for call in out.calls:
             tool = self.domain_tools.get(call.name)

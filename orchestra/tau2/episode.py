@@ -11,8 +11,9 @@ It follows tau2's orchestrator: the agent greets first ("Hi! How can I help you 
 the episode's own environment (orchestra/tau2/adapter.py), a `call_expert` reply that is a message goes to
 the user as the agent's turn, `###STOP###` in an agent message is an agent stop, the user's stop signals end
 the episode (user stop), and too many tool errors or steps end it prematurely (tau2 scores those 0).
-Terminations: user/agent stop -> `answered`; out of turns/steps/too many errors -> `max_turns`; $/seconds
-budget -> `budget`; engine or user-simulator failure -> `error`. `traj.meta["tau2_termination"]` keeps
+Terminations: user/agent stop -> `answered`; out of turns/steps/too many errors -> `max_turns`; no context room
+left for a reply -> `context` (τ² calls it max_steps); $/seconds budget -> `budget` (the same check as the agent
+loop's, orchestra/agent/budget.py); engine or user-simulator failure -> `error`. `traj.meta["tau2_termination"]` keeps
 tau2's own name. With `score=True` the official evaluator scores the episode here (orchestra/tau2/reward.py)
 and `traj.correct` / `traj.meta["tau2_score"]` are set; the τ² transcript is kept in `meta["tau2_messages"]`.
 The domain tools must run in this process (tools.base.LocalToolClient over adapter.domain_tools with the same
@@ -26,6 +27,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from orchestra.agent.budget import Budget
 from orchestra.agent.prompt import preference_text
 from orchestra.engine import Sampling
 from orchestra.tau2.call_expert import split_agent_output
@@ -88,7 +90,7 @@ class Tau2EpisodeDriver:
             reason, traj.error = "agent_error", f"{type(e).__name__}: {e}"
         finally:
             await self.user.close(episode_id)
-        traj.termination = _TERMINATION[reason]
+        traj.termination = "context" if traj.meta.get("context_exhausted") else _TERMINATION[reason]
         traj.meta["tau2_termination"] = reason
         traj.tool_counts = dict(state.first_ids)
         session = self.sessions.pop(episode_id)
@@ -114,6 +116,7 @@ class _State:
         self.attempts: Counter[str] = Counter()
         self.first_ids: Counter[str] = Counter()
         self.errors = 0
+        self.budget = Budget(d.budget_usd, d.budget_seconds)
         self.messages: list[dict[str, Any]] = []
         self.ids: list[int] = []
 
@@ -137,9 +140,7 @@ class _State:
         return ("user_stop" if reply.get("stop") else None), reply["text"]
 
     def over_budget(self) -> bool:
-        if self.d.budget_usd is not None and self.traj.cost_usd > self.d.budget_usd + 1e-12:
-            return True
-        return self.d.budget_seconds is not None and self.traj.latency_s >= self.d.budget_seconds
+        return self.budget.exceeded(self.traj.cost_usd, self.traj.latency_s)
 
     async def play(self) -> str:
         await self.d.user.open(self.traj.episode_id, self.task.meta["tau2_task"])
@@ -184,10 +185,10 @@ class _State:
                 for call in turn.tool_calls:
                     result = await self.call(call, turn_no)
                     new.append({"role": "tool", "content": self.d.prompter.observation(result.text)})
-                    if result.meta.get("budget_refused"):
+                    if result.refused:
                         return "budget"
-                    if result.ok and "agent_message" in result.meta:  # call_expert answered the user for us
-                        reason, said = await self.say_to_user(str(result.meta["agent_message"]))
+                    if result.ok and result.message is not None:  # call_expert answered the user for us
+                        reason, said = await self.say_to_user(str(result.message))
                         new.append({"role": "user", "content": said})
                     if reason:
                         break
@@ -204,7 +205,7 @@ class _State:
             result = ToolResult.failure(f"unknown tool {call.name!r}; valid tools are: {', '.join(sorted(self.names))}",
                                         meta={"unknown_tool": True})
         else:
-            left = None if self.d.budget_usd is None else self.d.budget_usd - self.traj.cost_usd
+            left = self.budget.usd_left(self.traj.cost_usd)
             ctx = ToolContext(task=self.task, episode_id=self.traj.episode_id, turn=turn_no,
                               attempt=self.attempts[tid], budget_usd_left=left)
             self.attempts[tid] += 1

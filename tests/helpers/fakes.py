@@ -124,13 +124,9 @@ class FakeTool:
             await asyncio.sleep(self.latency)
         if self.fail:
             raise RuntimeError("fake failure")
-        meta: dict[str, Any] = {}
-        if self.answers:
-            meta["answer"] = self.reply
-        if self.documents:
-            meta["documents"] = list(self.documents)
         return ToolResult(text=self.reply, cost_usd=self.cost, latency_s=self.latency, tokens_in=10,
-                          tokens_out=5, meta=meta)
+                          tokens_out=5, answer=self.reply if self.answers else None,
+                          documents=list(self.documents) if self.documents else None)
 
 
 def make_task(i: int = 0, **kw: Any) -> Task:

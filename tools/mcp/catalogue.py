@@ -104,9 +104,9 @@ class MCPTool:
             result, latency = await self.connection.call(self.remote_name, dict(args), self.timeout_s)
         except MCPCallError as e:
             # a request that reached the server may have run (and cost) before its answer was lost: charge it
-            meta.update(timeout=e.timeout, retryable=e.lost)
+            meta["timeout"] = e.timeout
             return ToolResult.failure(f"{self.name}: {e}", cost_usd=self.price_usd if e.sent else 0.0,
-                                      latency_s=time.perf_counter() - start, meta=meta)
+                                      latency_s=time.perf_counter() - start, meta=meta, retryable=e.lost)
         text = result_text(result, self.max_output_chars)
         if result.is_error:
             return ToolResult.failure(f"{self.name}: {text or 'the server reported an error'}",

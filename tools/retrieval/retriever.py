@@ -65,7 +65,7 @@ class Retriever:
         docs = [h.render()[: self.max_chars] for h in hits]
         text = "\n\n".join(f"[{i + 1}] {d}" for i, d in enumerate(docs)) or "No matching passages."
         return ToolResult(text=text, latency_s=time.perf_counter() - start,
-                          meta={"documents": docs, "doc_ids": [h.doc_id for h in hits],
+                          documents=docs, meta={"doc_ids": [h.doc_id for h in hits],
                                 "scores": [round(h.score, 5) for h in hits]})
 
 
