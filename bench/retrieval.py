@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tools.retrieval.bm25 import BM25Index  # noqa: E402
-from tools.retrieval.corpus import load_corpus  # noqa: E402
+from tools.retrieval.corpus import load_passages  # noqa: E402
 from tools.retrieval.dense import DenseIndex, Embedder  # noqa: E402
 from tools.retrieval.hybrid import HybridIndex, rrf_fuse  # noqa: E402
 from tools.retrieval.indexes import new_index  # noqa: E402
@@ -177,7 +177,7 @@ def main() -> None:
     queries = [q["question"] for q in questions]
     embedder = Embedder()
 
-    passages = load_corpus(corpus_path)
+    passages = load_passages(corpus_path)
     hp = evaluate(passages, queries, [{t for t, _ in q["supporting_facts"]} for q in questions], embedder)
     print(f"HotpotQA passages: {len(questions)} questions, {len(passages)} passages; build: dense "
           f"{hp['dense_build_s']:.1f} s (embedding), bm25 {hp['bm25_build_s']:.2f} s")

@@ -98,9 +98,10 @@ def start_set(cfg: Any, suffix: str, n_workers: int, build_kwargs: dict[str, Any
 
     from actors.rollout_worker import RolloutWorker
     from actors.tool_server import make_tool_servers
-    from cluster.launch import agent_kwargs, model_kwargs, prompter_kwargs, zoo_dict
+    from cluster.launch import agent_kwargs, model_kwargs, prompter_kwargs
+    from tools.registry import zoo_dict
 
-    handles, _ledger = make_tool_servers(zoo_dict(cfg), name_suffix=suffix, build_kwargs=build_kwargs)
+    handles, _ledger = make_tool_servers(zoo_dict(cfg.zoo), name_suffix=suffix, build_kwargs=build_kwargs)
     workers = []
     for i in range(n_workers):
         cls = ray.remote(RolloutWorker).options(name=f"overlap-worker-{i}{suffix}", num_cpus=0.5,

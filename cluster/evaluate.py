@@ -45,7 +45,7 @@ def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     return own, rest
 
 
-def resolve_checkpoint(path: str) -> Path:
+def checkpoint_model_dir(path: str) -> Path:
     """A run dir / checkpoint dir / HF model dir -> the model directory (orchestra.rundir.checkpoint.model_dir)."""
     from orchestra.rundir import checkpoint
 
@@ -69,7 +69,7 @@ def heldout_tasks(cfg: Any, dataset: str, n: int) -> tuple[list, list]:
     return heldout, corpus
 
 
-def ray_clients(cfg: Any, corpus: list, seeds: list[int], tasks: list) -> dict[int, Any]:
+def tool_server_clients(cfg: Any, corpus: list, seeds: list[int], tasks: list) -> dict[int, Any]:
     """One set of tool-server actors per seed (sim experts draw from zoo.seed + k); schemas warmed up front
     so the event loop never blocks on a schema round trip."""
     from actors.tool_server import RayToolClient, make_tool_servers
@@ -94,7 +94,7 @@ def policy_tokenizer(cfg: Any, own: dict[str, str]) -> Any:
 
     m = cfg.model
     if own.get("checkpoint"):
-        return load_tokenizer(str(resolve_checkpoint(own["checkpoint"])), chat_template=m.chat_template)
+        return load_tokenizer(str(checkpoint_model_dir(own["checkpoint"])), chat_template=m.chat_template)
     return load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
 
 
@@ -113,7 +113,7 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
     def engine(model):
         return HFEngine.from_model(model.to(resolve_device(m.device)).eval(), tok, **cfg.engine.hf_kwargs())
     if own.get("checkpoint"):
-        engines["orchestrator"] = engine(AutoModelForCausalLM.from_pretrained(resolve_checkpoint(own["checkpoint"])))
+        engines["orchestrator"] = engine(AutoModelForCausalLM.from_pretrained(checkpoint_model_dir(own["checkpoint"])))
     if own.get("base", "false").lower() == "true":
         engines["base"] = engine(load_policy(m.name, tiny=m.tiny, dtype=m.dtype, device="cpu", cache_dir=m.cache_dir,
                                              chat_template=m.chat_template, seed=cfg.seed)[0])
@@ -136,7 +136,7 @@ def build(cfg: Any, own: dict[str, str]):
     tok = policy_tokenizer(cfg, own)
     prompter = Prompter(tok, a.system_prompt, a.doc_chars, a.code_chars, a.attempt_chars, a.max_observation_chars)
     if own.get("tool_servers", "false").lower() == "true":
-        clients = ray_clients(cfg, corpus, seeds, tasks)
+        clients = tool_server_clients(cfg, corpus, seeds, tasks)
     else:
         retriever = Build(z, corpus=corpus).retriever() if "search" in z.tools and corpus else None
         clients = {s: LocalToolClient(build_tools(dataclasses.replace(z, seed=z.seed + s), corpus=corpus or None,
@@ -178,7 +178,7 @@ TAU2_BASELINES = ("strongest", "cheapest")
 
 
 def tau2_spec(cfg: Any, dataset: str) -> dict[str, Any]:
-    """load_tasks kwargs from `tau2:<domain>[:<version>[:<path>]]`; what the spec omits comes from cfg.tau2."""
+    """domain_tasks kwargs from `tau2:<domain>[:<version>[:<path>]]`; what the spec omits comes from cfg.tau2."""
     from orchestra.tau2.evaluation import parse_dataset
 
     dataset = f"tau2:{cfg.tau2.domain}" if dataset == "tau2" else dataset
@@ -207,14 +207,14 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     from orchestra.eval.baselines import tier_costs
     from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.preferences import parse_preference
-    from orchestra.tau2.domain import load_tasks
+    from orchestra.tau2.domain import domain_tasks
     from orchestra.tau2.evaluation import driver_factory, run_tau2_eval, summarize_tau2
     from orchestra.tau2.wiring import call_experts, driver_limits, user_simulator
 
     a, tau2 = cfg.agent, asdict(cfg.tau2)
     spec = tau2_spec(cfg, own.get("dataset") or cfg.data.source)
     pref = parse_preference(own.get("preference", cfg.eval.preference))
-    tasks = load_tasks(**spec, limit=int(own.get("n", cfg.eval.n_tasks)), pref=pref)
+    tasks = domain_tasks(**spec, limit=int(own.get("n", cfg.eval.n_tasks)), pref=pref)
     trials = int(own.get("seeds", cfg.eval.seeds))
     tok = policy_tokenizer(cfg, own)
     prompter = Prompter(tok, a.system_prompt, a.doc_chars, a.code_chars, a.attempt_chars, a.max_observation_chars)

@@ -15,6 +15,7 @@ from typing import Any
 import ray
 
 from orchestra.config import ConfigError, ExperimentConfig
+from tools.registry import zoo_dict
 
 
 def init_ray(cfg: ExperimentConfig) -> str:
@@ -78,15 +79,11 @@ def prompter_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
             "attempt_chars": a.attempt_chars, "max_observation_chars": a.max_observation_chars}
 
 
-def zoo_dict(cfg: ExperimentConfig) -> dict[str, Any]:
-    return asdict(cfg.zoo)
-
-
 def start_tool_servers(cfg: ExperimentConfig) -> dict[str, Any]:
     """One tool-server actor per tool of the zoo (+ a spend ledger when zoo.spend_cap_usd is set)."""
     from actors.tool_server import make_tool_servers
 
-    handles, _ledger = make_tool_servers(zoo_dict(cfg))
+    handles, _ledger = make_tool_servers(zoo_dict(cfg.zoo))
     wait_ready(cfg, [h.ready.remote() for h in handles.values()], "tool servers")
     return handles
 
@@ -156,6 +153,6 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
             tool_timeout_s=cfg.zoo.server.timeout_s, tool_max_in_flight=cfg.zoo.server.client_max_in_flight,
             reward_actor=reward,
             # τ² tasks run their own in-process tools (call_expert over the zoo's experts) and user simulator
-            zoo=zoo_dict(cfg), tau2=asdict(cfg.tau2)))
+            zoo=zoo_dict(cfg.zoo), tau2=asdict(cfg.tau2)))
     wait_ready(cfg, [w.ready.remote() for w in workers], "rollout workers")
     return workers

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 
-def parse(argv: list[str]) -> dict[str, str]:
+def parse_args(argv: list[str]) -> dict[str, str]:
     out = {}
     for item in argv:
         key, sep, value = item.partition("=")
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    args = parse(list(sys.argv[1:] if argv is None else argv))
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
     console = Console()
     with Progress(console=console) as bar:
         task = bar.add_task(f"synth ({args.get('mode', 'template')})", total=None)

@@ -210,7 +210,7 @@ def submit_env() -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_RUNTIME_ENV_IGNORE_GITIGNORE": "1"}
 
 
-def validate(verl_cfg: Any) -> None:
+def validate_verl_config(verl_cfg: Any) -> None:
     """verl's own cross-field checks (batch sizes vs GPUs, loss settings), as its main runs them."""
     import warnings
 
@@ -234,7 +234,7 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     from cluster.launch import start_reward_actor, start_tool_servers
 
     auto_set_device(verl_cfg)
-    validate(verl_cfg)
+    validate_verl_config(verl_cfg)
     if not ray.is_initialized():
         runtime_env = get_ppo_ray_runtime_env(verl_cfg)
         runtime_env.setdefault("env_vars", {})["TRANSFER_QUEUE_ENABLE"] = "1"
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
 
         env, secrets = load_runtime_env()
         print(OmegaConf.to_yaml(verl_cfg, resolve=True))
-        validate(verl_cfg)
+        validate_verl_config(verl_cfg)
         print("# agent-loop yaml (" + stage_dir(cfg) + "/agent_loop.yaml):")
         print(yaml.safe_dump(agent_loop_entries(overrides), sort_keys=False))
         print(f"# runtime_env: env_vars {sorted(env['env_vars'])} (secret values from your environment: "

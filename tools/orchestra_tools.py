@@ -25,8 +25,7 @@ from orchestra.schema import function_schema
 from orchestra.types import Task, ToolContext, ToolResult
 from tools.base import Tool, guarded_call
 from tools.experts.base import Expert, ExpertReply, bound_tokens
-
-MTOK = 1_000_000
+from tools.pricing import MTOK
 
 
 @dataclass

@@ -259,7 +259,7 @@ def preference_of(req: ChatRequest, default: str = "balanced") -> Preference:
         raise ApiError(400, f"preference: {e}", param="preference") from None
 
 
-def chat_messages(req: ChatRequest) -> list[dict[str, Any]]:
+def request_messages(req: ChatRequest) -> list[dict[str, Any]]:
     """Request messages as chat-template dicts (raw mode); tool-call arguments become objects."""
     out: list[dict[str, Any]] = []
     for msg in req.messages:

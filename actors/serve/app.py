@@ -176,7 +176,7 @@ class OrchestraService:
         use_tools = req.tool_choice != "none"
         schemas = [t.model_dump() for t in req.tools or []] if use_tools else None
         try:
-            prompt_ids = prompter.encode(api.chat_messages(req), schemas)
+            prompt_ids = prompter.encode(api.request_messages(req), schemas)
         except ApiError:
             raise
         except Exception as e:  # a template that rejects this conversation (roles, order)

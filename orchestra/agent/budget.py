@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Budget:
+class EpisodeBudget:
     usd: float | None = None  # None: uncapped
     seconds: float | None = None
 

@@ -21,7 +21,7 @@ import uuid
 from collections import Counter
 from typing import Any, Protocol
 
-from orchestra.agent.budget import Budget
+from orchestra.agent.budget import EpisodeBudget
 from orchestra.agent.parse import parse
 from orchestra.agent.prompt import Prompter
 from orchestra.engine import Engine, Sampling
@@ -93,7 +93,7 @@ class _Episode:
     def __init__(self, loop: AgentLoop, task: Task, sampling: Sampling, uid: str, episode_id: str,
                  version: int, usd: float | None, seconds: float | None, turns: int | None, on_step: Any):
         self.loop, self.task, self.sampling, self.version, self.on_step = loop, task, sampling, version, on_step
-        self.budget = Budget(usd, seconds)
+        self.budget = EpisodeBudget(usd, seconds)
         self.turn_cap = min(loop.max_turns, turns) if turns is not None else loop.max_turns
         self.traj = Trajectory(task_id=task.id, uid=uid, episode_id=episode_id, context_mode=loop.context_mode,
                                termination="max_turns")

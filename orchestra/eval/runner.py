@@ -26,7 +26,7 @@ from orchestra.eval.baselines import baseline_script
 from orchestra.types import Task, Trajectory
 
 
-def episode_seed(seed: int, task_id: str) -> int:
+def task_seed(seed: int, task_id: str) -> int:
     """A stable 31-bit sampling seed per (evaluation seed, task); not Python's salted hash()."""
     import hashlib
 
@@ -93,7 +93,7 @@ class Evaluator:
                          **self.agent_kwargs)
         # one stream per (seed, task): a single seed for every task would give every episode the same random
         # numbers, i.e. one quantile of the policy rather than samples of it (policies share it: paired runs)
-        sampling = Sampling(**{**self.sampling.__dict__, "seed": episode_seed(seed, task.id)})
+        sampling = Sampling(**{**self.sampling.__dict__, "seed": task_seed(seed, task.id)})
         traj: Trajectory = await loop.run(task, sampling, uid=f"{policy}-{pref_name}-{seed}-{task.id}")
         correct, cost, latency, reward = await score_episode(
             traj, task, self.judges, cost_scale=self.cost_scale, latency_scale=self.latency_scale,

@@ -25,9 +25,9 @@ from orchestra.schema import function_schema
 from orchestra.types import Task, ToolCall, ToolContext, ToolResult
 from tools.base import guarded_call
 from tools.experts.base import bound_tokens
+from tools.pricing import MTOK
 
-MTOK = 1_000_000
-PREFIX = "expert-"
+TIER_PREFIX = "expert-"
 _MESSAGE = re.compile(r"<message>(.*?)(?:</message>|$)", re.S)
 
 EXPERT_INSTRUCTIONS = (
@@ -80,7 +80,7 @@ class CallExpertTool:
     # ---- tiers and prices
     def _mapping(self, task: Task | None) -> dict[str, str]:
         mapping = (task.model_mapping if task is not None and task.model_mapping else None) or self.tiers
-        return {t: e for t, e in mapping.items() if t.startswith(PREFIX)}
+        return {t: e for t, e in mapping.items() if t.startswith(TIER_PREFIX)}
 
     def resolve(self, tier: Any, task: Task | None) -> tuple[str, Any]:
         mapping = self._mapping(task)

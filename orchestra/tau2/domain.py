@@ -140,7 +140,7 @@ def tau2_task_of(task: Task) -> Any:
     return Tau2Task.model_validate(task.meta["tau2_task"])
 
 
-def load_tasks(domain: str, version: str = "v0.2.0", path: str | Path | None = None, split: str | None = None,
+def domain_tasks(domain: str, version: str = "v0.2.0", path: str | Path | None = None, split: str | None = None,
                limit: int | None = None, **task_kw: Any) -> list[Task]:
     """`dataset=tau2:<domain>` for the eval and train drivers: τ² tasks as orchestra Tasks."""
     found = get_domain(domain).tasks(version, path, split)

@@ -27,7 +27,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from orchestra.agent.budget import Budget
+from orchestra.agent.budget import EpisodeBudget
 from orchestra.agent.prompt import preference_text
 from orchestra.engine import Sampling
 from orchestra.tau2.call_expert import split_agent_output
@@ -116,7 +116,7 @@ class _State:
         self.attempts: Counter[str] = Counter()
         self.first_ids: Counter[str] = Counter()
         self.errors = 0
-        self.budget = Budget(d.budget_usd, d.budget_seconds)
+        self.budget = EpisodeBudget(d.budget_usd, d.budget_seconds)
         self.messages: list[dict[str, Any]] = []
         self.ids: list[int] = []
 

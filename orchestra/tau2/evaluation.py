@@ -9,7 +9,7 @@ simulator's cost is the benchmark's, reported apart); latency is tool service ti
 concurrency (each trial its own episode id, so its own environment) and returns one record per episode;
 `summarize_tau2(records, ks)` reduces them. `driver_factory(domain, engine_for, prompter, user, experts=,
 tiers=)` builds `make_driver`; the caller brings the engine, the prompter, the zoo's experts and the user
-(orchestra.tau2.user.UserSimulatorPool, or actors/user_simulator.RayUserClient); orchestra/tau2/domain.load_tasks
+(orchestra.tau2.user.UserSimulatorPool, or actors/user_simulator.RayUserClient); orchestra/tau2/domain.domain_tasks
 (with parse_dataset's kwargs) gives the tasks. How τ² joins training is orchestra/tau2/wiring.py.
 """
 
@@ -26,7 +26,7 @@ from orchestra.types import Task
 
 
 def parse_dataset(spec: str) -> dict[str, Any]:
-    """'tau2:airline' | 'tau2:airline:v0.2.0' | 'tau2:airline:current:/path/tasks.json' -> load_tasks kwargs."""
+    """'tau2:airline' | 'tau2:airline:v0.2.0' | 'tau2:airline:current:/path/tasks.json' -> domain_tasks kwargs."""
     parts = spec.split(":", 3)
     if parts[0] != "tau2" or len(parts) < 2 or not parts[1]:
         raise ValueError(f"τ² dataset spec must look like tau2:<domain>[:<version>[:<path>]], got {spec!r}")

@@ -25,10 +25,10 @@ from orchestra.types import Task, Trajectory
 
 def load_source(spec: str, data_cfg: Any, tiers: dict[str, str] | None) -> tuple[list[Task], None, list]:
     """A task source: `tau2:<domain>[:<version>[:<path>]]` -> the domain's tasks (split by the caller)."""
-    from orchestra.tau2.domain import load_tasks
+    from orchestra.tau2.domain import domain_tasks
     from orchestra.tau2.evaluation import parse_dataset
 
-    return load_tasks(**parse_dataset(spec)), None, []
+    return domain_tasks(**parse_dataset(spec)), None, []
 
 
 def user_simulator(tau2: dict[str, Any]) -> Any:
@@ -73,11 +73,11 @@ def call_experts(tau2: dict[str, Any], zoo: dict[str, Any]) -> tuple[dict[str, A
     transfer_to_human_agents."""
     if not tau2.get("call_expert", True) or not zoo.get("experts"):
         return None, {}
-    from orchestra.tau2.call_expert import PREFIX
+    from orchestra.tau2.call_expert import TIER_PREFIX
     from tools.registry import as_zoo, build_experts
 
     cfg = as_zoo(zoo)
-    return build_experts(cfg), {t: e for t, e in cfg.tiers.items() if t.startswith(PREFIX)}
+    return build_experts(cfg), {t: e for t, e in cfg.tiers.items() if t.startswith(TIER_PREFIX)}
 
 
 class Tau2Runner:

@@ -19,7 +19,7 @@ from cluster.verl_job import (  # noqa: E402
     load_runtime_env,
     main,
     stage,
-    validate,
+    validate_verl_config,
     verl_overrides,
 )
 from orchestra.config import ConfigError, load_config  # noqa: E402
@@ -58,7 +58,7 @@ def test_overrides_compose_with_verls_config_and_validate(h100):
     # toolorchestra: the agent loop hands verl finished advantages, verl must not normalise again
     assert c.algorithm.adv_estimator == "grpo" and c.algorithm.norm_adv_by_std_in_grpo is False
     assert c.reward.custom_reward_function.path is None
-    validate(c)
+    validate_verl_config(c)
 
 
 def test_scalar_rubric_goes_through_verls_custom_reward_function():
@@ -74,7 +74,7 @@ def test_scalar_rubric_goes_through_verls_custom_reward_function():
 
     score = load_extern_object(module_path=str(verl_job.ROOT / fn.path), object_name=fn.name)
     assert inspect.iscoroutinefunction(score)  # verl awaits it (judges may call an LLM)
-    validate(c)
+    validate_verl_config(c)
 
 
 def test_agent_loop_entry_points_at_our_class():

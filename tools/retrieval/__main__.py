@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from tools.retrieval.corpus import load_corpus
+from tools.retrieval.corpus import load_passages
 from tools.retrieval.indexes import INDEX_TYPES
 from tools.retrieval.retriever import KINDS, new_search_index
 
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    passages = load_corpus(args.corpus)
+    passages = load_passages(args.corpus)
     start = time.perf_counter()
     with Progress() as bar:
         task = bar.add_task(f"embedding {len(passages)} passages" if args.kind != "bm25" else "indexing",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tools.retrieval.corpus import Hit, Passage, PassageStore, doc_text, read_meta, write_meta
+from tools.retrieval.corpus import Hit, Passage, PassageStore, doc_text, read_index_meta, write_index_meta
 
 
 class BM25Index(PassageStore):
@@ -59,7 +59,7 @@ class BM25Index(PassageStore):
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.bm25.save(str(out / "bm25"), show_progress=False)
-        write_meta(out, self.passages, {"kind": self.kind, "count": len(self), "stopwords": self.stopwords})
+        write_index_meta(out, self.passages, {"kind": self.kind, "count": len(self), "stopwords": self.stopwords})
         return out
 
     @classmethod
@@ -67,7 +67,7 @@ class BM25Index(PassageStore):
         import bm25s
 
         index_dir = Path(index_dir)
-        passages, info = read_meta(index_dir, cls.kind)
+        passages, info = read_index_meta(index_dir, cls.kind)
         self = cls(stopwords=info.get("stopwords", "en"))
         self._set_passages(passages)
         self.bm25 = bm25s.BM25.load(str(index_dir / "bm25"), show_progress=False)

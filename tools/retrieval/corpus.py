@@ -3,7 +3,7 @@
 A passage is `{id, title, text}`; a search returns `Hit`s; `SearchIndex` is what the `retrieve` tool needs of an
 index (DenseIndex, BM25Index, HybridIndex). An index directory holds the index files, `meta.jsonl` (one passage per
 line, in id order) and `info.json` (written last, so a half-written directory is never loaded); each file is
-written atomically. `load_corpus` reads passages from JSONL, parquet, a JSON list or a HotpotQA-style
+written atomically. `load_passages` reads passages from JSONL, parquet, a JSON list or a HotpotQA-style
 {title: [sentences]} dict.
 """
 
@@ -52,7 +52,7 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> None:
             os.unlink(tmp)
 
 
-def write_meta(out: Path, passages: list[Passage], info: dict[str, Any]) -> None:
+def write_index_meta(out: Path, passages: list[Passage], info: dict[str, Any]) -> None:
     def meta(tmp: str) -> None:
         with open(tmp, "w", encoding="utf-8") as f:
             for p in passages:
@@ -62,7 +62,7 @@ def write_meta(out: Path, passages: list[Passage], info: dict[str, Any]) -> None
     atomic_write(out / "info.json", lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1)))
 
 
-def read_meta(index_dir: Path, kind: str) -> tuple[list[Passage], dict[str, Any]]:
+def read_index_meta(index_dir: Path, kind: str) -> tuple[list[Passage], dict[str, Any]]:
     info_path = index_dir / "info.json"
     if not info_path.is_file():
         raise FileNotFoundError(f"{index_dir} is not a finished index directory (no info.json)")
@@ -103,7 +103,7 @@ def doc_text(p: Passage) -> str:
     return f"{p['title']}. {p['text']}" if p.get("title") else p["text"]
 
 
-def load_corpus(source: str | Path | list[dict[str, Any]]) -> list[Passage]:
+def load_passages(source: str | Path | list[dict[str, Any]]) -> list[Passage]:
     """Passages {id, title, text} from JSONL, parquet, a JSON list, a JSON {title: [sentences]} dict (the
     HotpotQA corpus shape; id = title), or a list of dicts. Raises ValueError naming a bad row."""
     if isinstance(source, list):

@@ -20,7 +20,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from tools.retrieval.corpus import Hit, Passage, PassageStore, atomic_write, doc_text, read_meta, write_meta
+from tools.retrieval.corpus import (
+    Hit,
+    Passage,
+    PassageStore,
+    atomic_write,
+    doc_text,
+    read_index_meta,
+    write_index_meta,
+)
 from tools.retrieval.indexes import HNSW_MIN_VECTORS, choose_index_type, new_index
 from tools.retrieval.indexes import search as faiss_search
 
@@ -153,7 +161,7 @@ class DenseIndex(PassageStore):
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write(out / "index.faiss", lambda tmp: faiss.write_index(self.index, tmp))
-        write_meta(out, self.passages, {"kind": self.kind, "count": len(self), "index_type": self.index_type,
+        write_index_meta(out, self.passages, {"kind": self.kind, "count": len(self), "index_type": self.index_type,
                                          "dim": self.embedder.dim, "model_dir": self.embedder.model_dir,
                                          "nprobe": self.nprobe, "ef_search": self.ef_search})
         return out
@@ -163,7 +171,7 @@ class DenseIndex(PassageStore):
         import faiss
 
         index_dir = Path(index_dir)
-        passages, info = read_meta(index_dir, cls.kind)
+        passages, info = read_index_meta(index_dir, cls.kind)
         if info["dim"] != embedder.dim:
             raise ValueError(f"{index_dir} was built with {info['dim']}-d embeddings; this model makes {embedder.dim}")
         self = cls(embedder, index_type=info["index_type"], nprobe=info.get("nprobe", 8),

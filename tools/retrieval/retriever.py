@@ -21,7 +21,7 @@ from typing import Any
 from orchestra.schema import function_schema
 from orchestra.types import Task, ToolContext, ToolResult
 from tools.retrieval.bm25 import BM25Index
-from tools.retrieval.corpus import SearchIndex, load_corpus
+from tools.retrieval.corpus import SearchIndex, load_passages
 from tools.retrieval.dense import DenseIndex, Embedder
 from tools.retrieval.hybrid import HybridIndex
 
@@ -100,7 +100,7 @@ def build_index(corpus: str | Path | list[dict[str, Any]] = "", index_dir: str |
         return index
     if corpus in ("", None):
         raise ValueError("no corpus given and no finished index in index_dir")
-    passages = load_corpus(corpus)
+    passages = load_passages(corpus)
     index = new_search_index(kind, model_dir, index_type, batch_size, device)
     index.build(passages, progress=progress)
     if index_dir:

@@ -142,7 +142,7 @@ def to_tasks(d: Domain, mapping: dict[str, str] | None = None, pref: dict[str, f
     rejected = list(d.rejected)
     good_tools = []
     for spec in d.tools:
-        reason = V.check_tool(spec, d.schema) or V.try_tool(spec, d.schema, d.db)
+        reason = V.check_tool_spec(spec, d.schema) or V.try_tool(spec, d.schema, d.db)
         (rejected.append(("tools", reason)) if reason else good_tools.append(spec))
     out, seen = [], set()
     for i, t in enumerate(d.tasks):

@@ -86,7 +86,7 @@ class Teacher:
         def check_tools(v):
             if not isinstance(v, list) or not v:
                 return "tools must be a non-empty list"
-            reasons = [r for r in (V.check_tool(t, schema) or V.try_tool(t, schema, d.db) for t in v) if r]
+            reasons = [r for r in (V.check_tool_spec(t, schema) or V.try_tool(t, schema, d.db) for t in v) if r]
             return reasons[0] if reasons else None
 
         tools = self._stage(d, "tools", check_tools, schema=schema)

@@ -6,7 +6,7 @@ Nothing here raises on bad *content*; a bad reason is data. Tools are declarativ
   get     {table, args: {key}}                      -> the record
   find    {table, field, args: {value}}             -> keys of records whose `field` == value (sorted)
   update  {table, field, args: {key, value}}        -> the updated record (mutates the DB)
-`replay(db, tools, actions)` runs gold actions on a copy and returns (outputs, final db) or a reason.
+`replay_actions(db, tools, actions)` runs gold actions on a copy and returns (outputs, final db) or a reason.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from orchestra.schema import check_arguments  # the same JSON-schema check as real tools
 
 TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool}
-KINDS = ("get", "find", "update")
+SPEC_KINDS = ("get", "find", "update")
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 
 
@@ -91,11 +91,11 @@ def tool_parameters(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, A
     return {"type": "object", "properties": props, "required": sorted(props), "additionalProperties": False}
 
 
-def check_tool(spec: Any, schema: dict[str, Any]) -> str | None:
+def check_tool_spec(spec: Any, schema: dict[str, Any]) -> str | None:
     if not isinstance(spec, dict) or not _NAME.match(str(spec.get("name", ""))):
         return f"tool needs a snake_case 'name': {spec!r}"[:200]
-    if spec.get("kind") not in KINDS:
-        return f"tool {spec.get('name')}: kind {spec.get('kind')!r} not in {KINDS}"
+    if spec.get("kind") not in SPEC_KINDS:
+        return f"tool {spec.get('name')}: kind {spec.get('kind')!r} not in {SPEC_KINDS}"
     table = schema["tables"].get(spec.get("table"))
     if table is None:
         return f"tool {spec['name']}: unknown table {spec.get('table')!r}"
@@ -140,7 +140,7 @@ def try_tool(spec: dict[str, Any], schema: dict[str, Any], db: dict[str, Any]) -
     return f"tool {spec['name']} failed on a sample call: {err}" if err else None
 
 
-def replay(db: dict[str, Any], schema: dict[str, Any], tools: list[dict[str, Any]],
+def replay_actions(db: dict[str, Any], schema: dict[str, Any], tools: list[dict[str, Any]],
            actions: Any) -> tuple[list[Any], dict[str, Any]] | str:
     """Run gold actions [{name, arguments}] on a copy of db; (outputs, final db) or the reason it failed."""
     if not isinstance(actions, list) or not actions:
@@ -161,7 +161,7 @@ def check_task(task: Any, db: dict[str, Any], schema: dict[str, Any], tools: lis
     """{scenario, actions, answer}: actions replay, and the answer appears in the last action's output."""
     if not isinstance(task, dict) or not str(task.get("scenario", "")).strip():
         return "task needs a non-empty 'scenario'"
-    got = replay(db, schema, tools, task.get("actions"))
+    got = replay_actions(db, schema, tools, task.get("actions"))
     if isinstance(got, str):
         return got
     answer = str(task.get("answer", "")).strip()

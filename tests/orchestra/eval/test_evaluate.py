@@ -166,11 +166,11 @@ def test_plot_training(tmp_path):
 def test_each_seeded_episode_draws_its_own_stream():
     """One sampling seed per (evaluation seed, task): reusing the evaluation seed for every task would give all
     episodes the same random numbers (one quantile of the policy, not samples of it)."""
-    from orchestra.eval.runner import episode_seed
+    from orchestra.eval.runner import task_seed
 
-    seeds = {episode_seed(s, f"t{i}") for s in range(2) for i in range(50)}
+    seeds = {task_seed(s, f"t{i}") for s in range(2) for i in range(50)}
     assert len(seeds) == 100 and all(0 <= x < 2**31 for x in seeds)
-    assert episode_seed(1, "t3") == episode_seed(1, "t3")  # stable across processes (no salted hash)
+    assert task_seed(1, "t3") == task_seed(1, "t3")  # stable across processes (no salted hash)
 
 
 def test_scripted_plans_run_on_every_task(sim_setup):

@@ -68,21 +68,21 @@ def test_evaluator_exception_scores_zero_with_reason(mock_domain, caplog):
 
 
 def test_to_task_round_trip(mock_domain):
-    from orchestra.tau2.domain import load_tasks, tau2_task_of
+    from orchestra.tau2.domain import domain_tasks, tau2_task_of
     from orchestra.types import Task
 
-    tasks = load_tasks("mock", limit=3, model_mapping={"expert-1": "gpt-5"})
+    tasks = domain_tasks("mock", limit=3, model_mapping={"expert-1": "gpt-5"})
     assert len(tasks) == 3 and all(t.category == "func_call" and t.data_source == "tau2/mock" for t in tasks)
     again = Task.from_dict(tasks[0].to_dict())  # crosses JSONL / Ray unchanged
     assert tau2_task_of(again).id == tasks[0].meta["tau2_task_id"]
     with pytest.raises(ValueError, match="unknown τ² domain"):
-        load_tasks("banking")
+        domain_tasks("banking")
 
 
 async def test_driver_factory_end_to_end_with_scripted_policy_and_user(mock_domain):
     """The hook as cluster/evaluate would call it, with an in-process scripted user (no LLM)."""
     from orchestra.agent.prompt import Prompter
-    from orchestra.tau2.domain import load_tasks
+    from orchestra.tau2.domain import domain_tasks
     from orchestra.tau2.evaluation import driver_factory
     from tests.helpers.fakes import ByteTokenizer, ScriptedEngine, call_text
 
@@ -102,7 +102,7 @@ async def test_driver_factory_end_to_end_with_scripted_policy_and_user(mock_doma
     script = [call_text("create_task", user_id="user_1", title="Important Meeting"), "It is created."]
     make = driver_factory("mock", lambda trial: ScriptedEngine(tok, script), Prompter(tok), ScriptedUser(),
                           eos_token_ids=[tok.eos_token_id], max_context_tokens=60000)
-    tasks = [t for t in load_tasks("mock") if t.meta["tau2_task_id"] == "create_task_1"]
+    tasks = [t for t in domain_tasks("mock") if t.meta["tau2_task_id"] == "create_task_1"]
     summary = summarize_tau2(await run_tau2_eval(make, tasks, trials=2, concurrency=2), ks=(1, 2))
     assert summary["pass^1"] == 1.0 and summary["pass^2"] == 1.0 and summary["episodes"] == 2
 

@@ -13,7 +13,7 @@ import pytest
 from orchestra.types import Task, ToolContext
 from tools.retrieval.__main__ import main
 from tools.retrieval.bm25 import BM25Index
-from tools.retrieval.corpus import Hit, load_corpus
+from tools.retrieval.corpus import Hit, load_passages
 from tools.retrieval.dense import DenseIndex, Embedder
 from tools.retrieval.hybrid import HybridIndex, rrf_fuse
 from tools.retrieval.indexes import HNSW_MIN_VECTORS, choose_index_type
@@ -36,7 +36,7 @@ def recall_at_10(index, questions, vectors=None) -> float:
 def hotpot(shared_data):
     base = shared_data / "retrieval" / "hotpotqa"
     questions = json.loads((base / "hotpotqa_train_100.json").read_text())
-    passages = load_corpus(base / "hotpotqa_train_100_corpus.json")
+    passages = load_passages(base / "hotpotqa_train_100_corpus.json")
     return questions, passages
 
 
@@ -170,7 +170,7 @@ def test_rrf_fusion_order():
 def test_hybrid_on_a_tiny_corpus(dense_subset):
     """One passage matches the query's words, another its meaning: fusion ranks both above the rest and
     equals RRF of the two rankings."""
-    corpus = load_corpus([
+    corpus = load_passages([
         {"id": "lex", "title": "Zorbulator", "text": "The zorbulator manual lists spare parts."},
         {"id": "sem", "title": "Felines", "text": "Cats are small domesticated carnivorous mammals kept as pets."},
         {"id": "x1", "title": "Volcanoes", "text": "Lava flows from an erupting volcano."},
@@ -276,16 +276,16 @@ def test_load_corpus_formats(tmp_path):
 
     pd.DataFrame(rows).astype({"id": str}).to_parquet(tmp_path / "c.parquet")
     (tmp_path / "d.json").write_text(json.dumps({"Paris": ["Paris is", " the capital."]}))
-    assert load_corpus(jsonl)[0] == {"id": "1", "title": "Paris", "text": "Paris is the capital of France."}
-    assert [p["id"] for p in load_corpus(tmp_path / "c.parquet")] == ["1", "b"]
-    assert load_corpus(tmp_path / "d.json") == [{"id": "Paris", "title": "Paris", "text": "Paris is the capital."}]
-    assert len(load_corpus(rows)) == 2
+    assert load_passages(jsonl)[0] == {"id": "1", "title": "Paris", "text": "Paris is the capital of France."}
+    assert [p["id"] for p in load_passages(tmp_path / "c.parquet")] == ["1", "b"]
+    assert load_passages(tmp_path / "d.json") == [{"id": "Paris", "title": "Paris", "text": "Paris is the capital."}]
+    assert len(load_passages(rows)) == 2
     with pytest.raises(ValueError, match="row 1"):
-        load_corpus([rows[0], {"title": "no text"}])
+        load_passages([rows[0], {"title": "no text"}])
     with pytest.raises(FileNotFoundError):
-        load_corpus(tmp_path / "missing.jsonl")
+        load_passages(tmp_path / "missing.jsonl")
     with pytest.raises(ValueError, match="duplicate"):
-        BM25Index().build(load_corpus([rows[0], rows[0]]))
+        BM25Index().build(load_passages([rows[0], rows[0]]))
 
 
 async def test_cli_builds_and_builder_loads(tmp_path, capsys):

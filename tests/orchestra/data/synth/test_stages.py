@@ -22,7 +22,7 @@ def test_template_domains_deterministic_and_replay(name):
     assert {t.meta["difficulty"] for t in tasks} >= {1, 2}
     for t in tasks:
         assert t.category == "func_call" and t.data_source == f"synthetic/func_call/{name}"
-        outputs, final = V.replay(t.meta["db"], t.meta["schema"], t.meta["tool_specs"], t.meta["gold_actions"])
+        outputs, final = V.replay_actions(t.meta["db"], t.meta["schema"], t.meta["tool_specs"], t.meta["gold_actions"])
         last = outputs[-1]
         assert t.answer in [str(v) for v in last.values()]
         if any(a["name"].startswith("update_") for a in t.meta["gold_actions"]):
@@ -42,14 +42,14 @@ def test_validation_reasons():
     assert V.check_records(schema, rows) is None
     db = V.index_db(schema, rows)
     tools = default_tools(schema)
-    assert V.replay(db, schema, tools, [{"name": "get_book", "arguments": {"key": "B9"}}]).endswith("key 'B9'")
-    assert "unknown tool" in V.replay(db, schema, tools, [{"name": "rm_rf", "arguments": {}}])
-    assert "missing required" in V.replay(db, schema, tools, [{"name": "get_book", "arguments": {}}])
+    assert V.replay_actions(db, schema, tools, [{"name": "get_book", "arguments": {"key": "B9"}}]).endswith("key 'B9'")
+    assert "unknown tool" in V.replay_actions(db, schema, tools, [{"name": "rm_rf", "arguments": {}}])
+    assert "missing required" in V.replay_actions(db, schema, tools, [{"name": "get_book", "arguments": {}}])
     find_due = {"name": "find_books_by_due_day", "kind": "find", "table": "books", "field": "due_day", "description": "d"}
     assert V.try_tool(find_due, schema, db) is None
     bad_db = V.index_db(schema, {**rows, "books": [{**rows["books"][0], "due_day": "soon"}]})  # skipped check_records
     assert "failed on a sample call" in V.try_tool(find_due, schema, bad_db)
-    assert "kind" in V.check_tool({"name": "drop", "kind": "delete", "table": "books", "description": "d"}, schema)
+    assert "kind" in V.check_tool_spec({"name": "drop", "kind": "delete", "table": "books", "description": "d"}, schema)
     assert V.parse_json("```json\n{\"a\": 1}\n```") == ({"a": 1}, None)
     assert V.parse_json("{oops")[1].startswith("malformed JSON")
 
@@ -120,7 +120,7 @@ def test_teacher_mode(fake_openai, monkeypatch, caplog):
     tasks, rejected = to_tasks(d)
     assert [t.meta["difficulty"] for t in tasks] == [1, 3]
     for t in tasks:
-        assert not isinstance(V.replay(t.meta["db"], t.meta["schema"], t.meta["tool_specs"], t.meta["gold_actions"]), str)
+        assert not isinstance(V.replay_actions(t.meta["db"], t.meta["schema"], t.meta["tool_specs"], t.meta["gold_actions"]), str)
     assert "sk-secret-123" not in caplog.text
 
 
