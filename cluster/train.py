@@ -14,10 +14,9 @@ in flight is lost). `backend=verl` hands over to cluster/verl_job.py.
 
 from __future__ import annotations
 
-import shutil
 import sys
 
-from orchestra.config import ConfigError, load_config, to_yaml
+from orchestra.config import ConfigError, ExperimentConfig, load_config, to_yaml
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,9 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     if print_only:
         print(to_yaml(cfg))
         return 0
-    if shutil.which("bwrap") is None:  # the sandbox still isolates, less well: say so before minutes of work
-        print("warning: bubblewrap is not installed, so model-written code runs under the weaker `unshare` + "
-              "rlimits sandbox; install it: apt-get install -y bubblewrap", file=sys.stderr)
+    problem = sandbox_preflight(cfg)
+    if problem:
+        print(problem, file=sys.stderr)
+        if problem.startswith("error"):
+            return 2
     if cfg.backend == "verl":
         from cluster.verl_job import main as verl_main
 
@@ -50,6 +51,28 @@ def main(argv: list[str] | None = None) -> int:
         if name in summary:
             print(f"RESULT {name}={summary[name]:.4f}")
     return 0
+
+
+# The zoo tools that run model-written code in tools/sandbox.py (see tools/registry.py).
+CODE_TOOLS = ("python", "enhance_reasoning")
+
+
+def sandbox_preflight(cfg: ExperimentConfig) -> str | None:
+    """The code sandbox's verdict before minutes of work, as the tool servers will reach it on this host: an
+    error line when it would refuse every code call (no bubblewrap or syscall filter, no opt-in), a warning
+    line when zoo.sandbox.allow_unconfined lets code run less isolated, None when all is well or no tool of
+    the zoo runs code."""
+    if not set(CODE_TOOLS) & set(cfg.zoo.tools):
+        return None
+    from tools.sandbox import FIX, Sandbox
+
+    sandbox = Sandbox.from_config(cfg.zoo.sandbox)
+    if not sandbox.shortfall:
+        return None
+    if sandbox.allow_unconfined:
+        return (f"warning: zoo.sandbox.allow_unconfined=true: model-written code runs with WEAKER isolation: "
+                f"{sandbox.shortfall}")
+    return f"error: the code sandbox would refuse to run model-written code: {sandbox.shortfall}. To fix: {FIX}"
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 `Sandbox.run(code)` executes `python -I -` (isolated mode, code on stdin) and returns a `SandboxRun`;
 `PythonTool` is the tool named "python" around it. Isolation, strongest first (which one ran goes in
-`meta["isolation"]`):
+`meta["isolation"]`, whether the syscall filter was on in `meta["seccomp"]`):
 
 * "bwrap" — bubblewrap over a root built from nothing (`_sandbox_root`), read-only: only the interpreter (its
   symlink chain recreated), the sys.path dirs inside its prefix and base prefix (stdlib, lib-dynload, the
@@ -12,19 +12,27 @@
   (own pid namespace: no host process can be seen, signalled or traced) and /dev; no network (own net
   namespace, which also cuts abstract unix sockets); own ipc/uts namespaces; --new-session (no TIOCSTI into
   our terminal); --die-with-parent; environment cleared. As an ordinary user it runs as uid nobody via
-  --unshare-user. As root it mounts privileged and drops, with `setpriv`, to a per-run unprivileged uid with
-  no capabilities (as judge systems such as isolate do): Linux never applies RLIMIT_NPROC to kuid 0 (and nobody
-  inside a user namespace created by root *is* kuid 0), and a uid shared between concurrent runs would let one
-  run's fork bomb starve another. Left visible: the bound paths' names (/proc/self/mountinfo, the
-  editable-install finder in site-packages), the site-packages' contents, and host-wide kernel facts in /proc
-  (cpuinfo, meminfo, uptime).
-* "unshare" — no usable bwrap: `unshare -rn --pid --fork --kill-child --mount-proc`, warned once. No network,
-  own pid namespace and /proc (host processes cannot be signalled, traced or read), but NO file-system
-  confinement: code reads every file its uid can (the project, home, secrets files, /tmp/ray) and writes
-  wherever its uid may; no private /tmp.
-* "rlimits" — not even that: rlimits only, warned once. No network, file-system or process confinement:
-  code can connect anywhere, read and write what its uid can, and signal, trace or read the environment of
-  every process of its uid (the orchestrator's own, unless root drops to a per-run uid).
+  --unshare-user, with --disable-userns where bwrap has it (>= 0.8). As root it mounts privileged and drops,
+  with `setpriv`, to a per-run unprivileged uid with no capabilities (as judge systems such as isolate do):
+  Linux never applies RLIMIT_NPROC to kuid 0 (and nobody inside a user namespace created by root *is* kuid 0),
+  and a uid shared between concurrent runs would let one run's fork bomb starve another. Last, bwrap loads
+  the seccomp filter of tools/syscall_filter.py (`--seccomp FD`): no keyring, bpf, io_uring, userfaultfd,
+  perf, nested namespaces or mounts, ptrace, odd personalities, nor host administration calls; denied calls
+  fail with EPERM. Left visible: the bound paths' names (/proc/self/mountinfo, the editable-install finder in
+  site-packages), the site-packages' contents, and host-wide kernel facts in /proc (cpuinfo, meminfo, uptime).
+* "unshare" — no usable bwrap: `unshare -rn --pid --fork --kill-child --mount-proc`. No network, own pid
+  namespace and /proc (host processes cannot be signalled, traced or read), but NO file-system confinement:
+  code reads every file its uid can (the project, home, secrets files, /tmp/ray) and writes wherever its uid
+  may; no private /tmp. The filter is loaded before exec without its namespace and mount classes, which
+  `unshare` itself needs: nested namespaces and mounts inside them stay open.
+* "rlimits" — not even that: rlimits and the whole filter only. No network, file-system or process
+  confinement: code can connect anywhere, read and write what its uid can, and signal or read the environment
+  of every process of its uid (the orchestrator's own, unless root drops to a per-run uid).
+
+Anything short of "bwrap" with the filter is refused: `run` returns an error (the model sees it as the tool's
+error observation) and logs once per process how to fix the host, unless the caller opted in with
+`allow_unconfined=True` (config `zoo.sandbox.allow_unconfined`); then it runs the strongest isolation it has
+and warns, once per process, what is missing.
 
 Always: rlimits set in the child (CPU seconds, address space, file size, processes, open files), a wall
 timeout that kills the whole process group (and with it the pid namespace), an environment reduced to
@@ -36,6 +44,7 @@ Retries, queueing and concurrency limits are the tool server's (actors/tool_serv
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import itertools
 import json
@@ -54,19 +63,24 @@ from typing import Any
 
 from orchestra.schema import function_schema
 from orchestra.types import Task, ToolContext, ToolResult
+from tools import syscall_filter
 
 log = logging.getLogger(__name__)
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+REFUSED = ("the code sandbox refused to run this code: the host lacks full isolation (bubblewrap with its "
+           "syscall filter); nothing was run")
+FIX = ("install bubblewrap and libseccomp2 (`make setup` does, or `apt-get install -y bubblewrap libseccomp2` "
+       "and `pip install pyseccomp`), or accept weaker isolation explicitly with zoo.sandbox.allow_unconfined=true")
 _WARNED: set[str] = set()
-_PROBED: dict[tuple, bool] = {}
+_PROBED: dict[tuple[Any, ...], bool] = {}
 _RUN_COUNTER = itertools.count()
 
 
-def _warn_once(key: str, message: str) -> None:
+def _warn_once(key: str, message: str, level: int = logging.WARNING) -> None:
     if key not in _WARNED:
         _WARNED.add(key)
-        log.warning(message)
+        log.log(level, message)
 
 
 @dataclass
@@ -78,7 +92,8 @@ class SandboxRun:
     wall_s: float
     isolation: str
     truncated: bool = False
-    error: str | None = None  # the sandbox itself failed (could not start), not the user's code
+    error: str | None = None  # the sandbox itself failed (could not start, or refused), not the user's code
+    seccomp: bool = False  # the syscall filter was loaded
 
     @property
     def ok(self) -> bool:
@@ -109,10 +124,14 @@ class Sandbox:
 
     def __init__(self, cpu_seconds: int = 5, memory_mb: int = 512, file_size_mb: int = 16, max_processes: int = 32,
                  max_open_files: int = 64, wall_timeout_s: float = 10.0, max_output_chars: int = 4000,
-                 price_per_second: float = 0.0, *, use_bwrap: bool = True, use_unshare: bool = True,
-                 python: str = "", tmp_size_mb: int = 64, uid_base: int = 100_000):
-        """`use_bwrap` / `use_unshare` False force the weaker fallbacks (tests, hosts where they misbehave).
-        `python` defaults to this interpreter, so sandboxed code sees the project's packages (numpy, sympy)."""
+                 price_per_second: float = 0.0, allow_unconfined: bool = False, *, use_bwrap: bool = True,
+                 use_unshare: bool = True, use_seccomp: bool = True, python: str = "", tmp_size_mb: int = 64,
+                 uid_base: int = 100_000, denied_errno: int = errno.EPERM):
+        """`allow_unconfined` lets code run (with a warning) where the full isolation cannot be had; without it
+        such a sandbox refuses. `use_bwrap` / `use_unshare` / `use_seccomp` False force the weaker modes (tests,
+        hosts where they misbehave). `python` defaults to this interpreter, so sandboxed code sees the project's
+        packages (numpy, sympy). `denied_errno` is what filtered calls return: tests pick one no kernel would,
+        to tell the filter's denials from the kernel's own EPERM."""
         if cpu_seconds <= 0 or memory_mb <= 0 or wall_timeout_s <= 0 or max_processes <= 0:
             raise ValueError("sandbox limits must be positive")
         if price_per_second < 0:
@@ -121,17 +140,22 @@ class Sandbox:
         self.max_processes, self.max_open_files = int(max_processes), int(max_open_files)
         self.wall_timeout_s, self.max_output_chars = float(wall_timeout_s), int(max_output_chars)
         self.price_per_second = float(price_per_second)
-        self.use_bwrap, self.use_unshare = use_bwrap, use_unshare
+        self.allow_unconfined = bool(allow_unconfined)
+        self.use_bwrap, self.use_unshare, self.use_seccomp = use_bwrap, use_unshare, use_seccomp
         self.python = os.path.abspath(shutil.which(python) or python) if python else sys.executable
-        self.tmp_size_mb, self.uid_base = int(tmp_size_mb), int(uid_base)
+        self.tmp_size_mb, self.uid_base, self.denied_errno = int(tmp_size_mb), int(uid_base), int(denied_errno)
         self._isolation: str | None = None
+        self._shortfall: str | None = None  # what is missing from the full isolation (None: nothing)
+        self._filter_error = ""  # why there is no syscall filter ("" while there is one)
+        self._bpf_program: bytes | None = None  # what bwrap's --seccomp loads, once chosen
 
     @classmethod
     def from_config(cls, cfg: Any, **kw) -> Sandbox:
         """From an orchestra.config.SandboxConfig (or anything with its fields)."""
         names = ("cpu_seconds", "memory_mb", "file_size_mb", "max_processes", "max_open_files", "wall_timeout_s",
                  "max_output_chars", "price_per_second")
-        return cls(**{n: getattr(cfg, n) for n in names}, **kw)
+        return cls(**{n: getattr(cfg, n) for n in names}, allow_unconfined=getattr(cfg, "allow_unconfined", False),
+                   **kw)
 
     # -- choosing the isolation -------------------------------------------------------------------------
     @property
@@ -141,27 +165,66 @@ class Sandbox:
             self._isolation = self._choose_isolation()
         return self._isolation
 
+    @property
+    def shortfall(self) -> str | None:
+        """What this host's sandbox lacks of the full isolation (bwrap with the syscall filter), in words; None
+        when it lacks nothing. Probes as `isolation` does. Without `allow_unconfined` a shortfall means refusal."""
+        _ = self.isolation
+        return self._shortfall
+
+    def _bpf(self) -> bytes | None:
+        """The filter for bwrap, or None (then `_filter_error` says why)."""
+        if not self.use_seccomp:
+            self._filter_error = "disabled"
+            return None
+        try:
+            return syscall_filter.bpf_program(self.denied_errno)
+        except syscall_filter.FilterUnavailable as e:
+            self._filter_error = str(e)
+            return None
+
+    def _child_filter(self, iso: str) -> Any:
+        """The filter the fallbacks load before exec (`unshare` without the classes it needs), or None."""
+        if not self.use_seccomp:
+            return None
+        try:
+            return syscall_filter.syscall_filter(self.denied_errno, namespaces=iso != "unshare")
+        except syscall_filter.FilterUnavailable:
+            return None
+
     def _choose_isolation(self) -> str:
-        root = os.geteuid() == 0
-        why = "disabled" if not self.use_bwrap else "not usable here (install bubblewrap)"
+        root, bpf = os.geteuid() == 0, self._bpf()
+        why = "disabled" if not self.use_bwrap else "not usable here (bubblewrap not installed)"
+        iso = ""
         if self.use_bwrap and shutil.which("bwrap") and (not root or shutil.which("setpriv", path=SAFE_PATH)):
-            try:  # the probe runs the interpreter in the real root: it proves the binds suffice
-                argv = self._bwrap_argv([self.python, "-I", "-c", "pass"], self.uid_base if root else None)
-                if _probe(tuple(argv)):
-                    return "bwrap"
+            why = "not usable here (its probe run failed)"
+            try:  # the probe runs the interpreter in the real root: it proves the binds (and the filter) suffice
+                argv = tuple(self._bwrap_argv([self.python, "-I", "-c", "pass"], self.uid_base if root else None))
+                if _probe(argv, bpf=bpf):
+                    iso = "bwrap"
+                elif bpf is not None and _probe(argv):
+                    iso, bpf, self._filter_error = "bwrap", None, "bwrap did not accept it (--seccomp)"
             except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as e:
                 why = f"unusable: could not build the minimal root ({e})"
-        if self.use_unshare and shutil.which("unshare") and _probe(tuple(self._unshare_prefix() + ["true"])):
-            _warn_once("unshare", f"sandbox: bwrap {why}; falling back to `unshare -rn` + rlimits (weaker: NO "
-                                  "file-system confinement -- code can read every file its uid can (the project, "
-                                  "home, secrets files, Ray's /tmp/ray) and write where its uid may, no private "
-                                  "/tmp; network and host processes stay cut off)")
-            return "unshare"
-        _warn_once("rlimits", f"sandbox: bwrap {why} and `unshare -rn` unavailable; running code with rlimits "
-                              "only (NO network, file-system or process isolation: code can connect anywhere, "
-                              "read and write every file its uid can, and signal, ptrace or read the "
-                              "environment of every process of its uid)")
-        return "rlimits"
+        if not iso and self.use_unshare and shutil.which("unshare") and _probe(
+                tuple(self._unshare_prefix() + ["true"]), flt=self._child_filter("unshare")):
+            iso = "unshare"
+        iso = iso or "rlimits"
+        lost = {"unshare": f"bwrap is {why}, so code runs under `unshare -rn` + rlimits: NO file-system "
+                           "confinement (code reads every file its uid can: the project, home, secrets files, "
+                           "Ray's /tmp/ray; writes where its uid may; no private /tmp), and nested namespaces and "
+                           "mounts stay open; network and host processes stay cut off",
+                "rlimits": f"bwrap is {why} and `unshare -rn` unavailable, so code runs under rlimits only: NO "
+                           "network, file-system or process isolation (code can connect anywhere, read and write "
+                           "every file its uid can, and signal or read the environment of every process of its "
+                           "uid)"}.get(iso)
+        missing = [lost] if lost else []
+        if (bpf if iso == "bwrap" else self._child_filter(iso)) is None:
+            missing.append(f"no syscall filter ({self._filter_error or 'unavailable'}): the kernel keyring, bpf, "
+                           "io_uring, userfaultfd, perf events, namespaces, mounts and ptrace are open to the code")
+        self._shortfall = "; ".join(missing) or None
+        self._bpf_program = bpf if iso == "bwrap" else None
+        return iso
 
     def _unshare_prefix(self) -> list[str]:
         # --mount-proc: without it /proc is the host's, and code could read /proc/<pid>/environ or write
@@ -180,8 +243,9 @@ class Sandbox:
                 "--clearenv"]
         for key, value in _scrubbed_env("/tmp").items():
             argv += ["--setenv", key, value]
-        if uid is None:
-            return argv + ["--unshare-user", "--uid", "65534", "--gid", "65534"] + inner
+        if uid is None:  # --disable-userns: no nested user namespace either (also denied by the filter)
+            return argv + ["--unshare-user", "--uid", "65534", "--gid", "65534", *_bwrap_flags("--disable-userns")
+                           ] + inner
         return argv + [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                        "--bounding-set=-all", "--no-new-privs"] + inner
 
@@ -190,7 +254,7 @@ class Sandbox:
         # Unique per process and per concurrent run (mod 256): NPROC counts are per uid.
         return self.uid_base + (os.getpid() % 8000) * 256 + next(_RUN_COUNTER) % 256
 
-    def _limits(self, nproc: int, uid: int | None):
+    def _limits(self, nproc: int, uid: int | None, flt: Any = None):
         limits = [(resource.RLIMIT_CPU, self.cpu_seconds, self.cpu_seconds + 1),
                   (resource.RLIMIT_AS, self.memory_mb << 20, self.memory_mb << 20),
                   (resource.RLIMIT_FSIZE, self.file_size_mb << 20, self.file_size_mb << 20),
@@ -205,6 +269,8 @@ class Sandbox:
                 os.setgroups([])
                 os.setgid(uid)
                 os.setuid(uid)
+            if flt is not None:  # last: after it, setuid & co. would still work, but nothing else needs to run
+                flt.load()
         return apply
 
     def _plan(self) -> tuple[list[str], dict[str, str], str | None, Any]:
@@ -226,23 +292,38 @@ class Sandbox:
                                      "bounded only by the wall timeout")
         nproc = self.max_processes if uid is not None else _user_processes(os.getuid()) + self.max_processes
         argv = (self._unshare_prefix() + inner) if iso == "unshare" else inner
-        return argv, _scrubbed_env(workdir), workdir, self._limits(nproc, uid)
+        return argv, _scrubbed_env(workdir), workdir, self._limits(nproc, uid, self._child_filter(iso))
 
     async def run(self, code: str) -> SandboxRun:
         """Run `code`; never raises for anything the code does (the result says what happened)."""
         start = time.perf_counter()
         # The first run probes bwrap/unshare (blocking subprocesses): keep that off the event loop.
         iso = self._isolation or await asyncio.to_thread(lambda: self.isolation)
+        if self._shortfall:
+            if not self.allow_unconfined:
+                _warn_once("refused", f"sandbox: refusing to run model-written code: {self._shortfall}. To fix: "
+                                      f"{FIX}", logging.ERROR)
+                return SandboxRun("", "", None, False, time.perf_counter() - start, iso, error=REFUSED)
+            _warn_once("unconfined", "sandbox: zoo.sandbox.allow_unconfined=true, so model-written code runs with "
+                                     f"WEAKER isolation: {self._shortfall}")
         argv, env, workdir, preexec = self._plan()
+        seccomp = self._bpf_program is not None if iso == "bwrap" else self._child_filter(iso) is not None
+        fds: tuple[int, ...] = ()
         cap = self.max_output_chars * 4 + 4  # bytes: enough for max_output_chars of UTF-8
         try:
+            if iso == "bwrap" and self._bpf_program is not None:
+                fds = (syscall_filter.pipe_with(self._bpf_program),)
+                argv[1:1] = ["--seccomp", str(fds[0])]  # bwrap loads it last, just before exec
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                cwd=workdir or "/", preexec_fn=preexec, start_new_session=True)
+                cwd=workdir or "/", preexec_fn=preexec, start_new_session=True, pass_fds=fds)
         except (OSError, subprocess.SubprocessError) as e:
             _cleanup(workdir)
             return SandboxRun("", "", None, False, time.perf_counter() - start, iso,
                               error=f"could not start the sandbox: {e}")
+        finally:
+            for fd in fds:
+                os.close(fd)
         out, err = _CappedReader(proc.stdout, cap), _CappedReader(proc.stderr, cap)
         readers = [asyncio.ensure_future(out.drain()), asyncio.ensure_future(err.drain())]
         timed_out = False
@@ -266,7 +347,8 @@ class Sandbox:
         code = proc.returncode
         if iso != "rlimits" and code is not None and 128 < code < 128 + 65:
             code = 128 - code  # bwrap / unshare report a child's death by signal N as 128+N, like a shell
-        return SandboxRun(stdout, stderr, code, timed_out, time.perf_counter() - start, iso, t1 or t2)
+        return SandboxRun(stdout, stderr, code, timed_out, time.perf_counter() - start, iso, t1 or t2,
+                          seccomp=seccomp)
 
 
 async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
@@ -405,15 +487,33 @@ def _ancestors(path: str) -> list[str]:
     return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def _probe(argv: tuple[str, ...]) -> bool:
-    if argv not in _PROBED:
+def _probe(argv: tuple[str, ...], bpf: bytes | None = None, flt: Any = None) -> bool:
+    """Whether `argv` exits 0, cached per process: with `bpf` given to bwrap (--seccomp), `flt` loaded before exec."""
+    key = (argv, bpf, flt)
+    if key not in _PROBED:
+        fds = (syscall_filter.pipe_with(bpf),) if bpf is not None else ()
+        full = [argv[0], "--seccomp", str(fds[0]), *argv[1:]] if fds else list(argv)
         try:
-            ok = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=15,
-                                env=_scrubbed_env("/tmp"), cwd="/").returncode == 0
+            ok = subprocess.run(full, stdin=subprocess.DEVNULL, capture_output=True, timeout=15, pass_fds=fds,
+                                env=_scrubbed_env("/tmp"), cwd="/", preexec_fn=flt.load if flt else None
+                                ).returncode == 0
         except (OSError, subprocess.SubprocessError):
             ok = False
-        _PROBED[argv] = ok
-    return _PROBED[argv]
+        finally:
+            for fd in fds:
+                os.close(fd)
+        _PROBED[key] = ok
+    return _PROBED[key]
+
+
+@functools.lru_cache(maxsize=4)
+def _bwrap_flags(*flags: str) -> tuple[str, ...]:
+    """Those of `flags` this bwrap knows (`bwrap --help` lists them), e.g. --disable-userns from 0.8 on."""
+    try:
+        out = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(f for f in flags if f in out.split())
 
 
 def _user_processes(uid: int) -> int:
@@ -471,8 +571,8 @@ class PythonTool:
         run = await self.sandbox.run(code)
         billed = min(run.wall_s, self.sandbox.wall_timeout_s)  # never above cost_bound
         output = run.stdout + (("\n[stderr]\n" + run.stderr) if run.stderr.strip() else "")
-        meta = {"isolation": run.isolation, "exit_code": run.exit_code, "timed_out": run.timed_out,
-                "truncated": run.truncated, "wall_s": run.wall_s, "code_output": output}
+        meta = {"isolation": run.isolation, "seccomp": run.seccomp, "exit_code": run.exit_code,
+                "timed_out": run.timed_out, "truncated": run.truncated, "wall_s": run.wall_s, "code_output": output}
         cost = billed * self.sandbox.price_per_second
         if run.error:
             return ToolResult.failure(f"python: {run.error}", latency_s=run.wall_s, meta=meta)

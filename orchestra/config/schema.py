@@ -134,6 +134,10 @@ class SandboxConfig:
     wall_timeout_s: float = 10.0
     max_output_chars: int = 4000
     price_per_second: float = 0.0
+    # Run model-written code even where bubblewrap or its syscall filter is missing, under a weaker isolation
+    # (tools/sandbox.py says what each lacks), warned at every start. Off: such a host refuses to run code, so
+    # nothing silently weakens the one boundary the sandbox promises.
+    allow_unconfined: bool = False
 
 
 @dataclass

@@ -84,6 +84,22 @@ def test_local_backend_refuses_vllm_rollouts_by_name(tmp_path):
         start_rollout_workers(small_cfg(tmp_path, "engine.kind=vllm"), {}, None)
 
 
+def test_train_refuses_up_front_when_the_sandbox_would(tmp_path, monkeypatch, capsys):
+    """No bubblewrap (or no syscall filter): `make train` stops before any actor starts, saying how to fix it,
+    unless zoo.sandbox.allow_unconfined opts in, which it then announces; a zoo without code tools is not held up."""
+    import tools.sandbox as sandbox_mod
+    from cluster.train import main, sandbox_preflight
+
+    monkeypatch.setattr(sandbox_mod.Sandbox, "shortfall", property(lambda self: "bwrap is not usable here"))
+    assert main([*SMALL, f"run_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the code sandbox would refuse") and "bwrap is not usable here" in err
+    assert "zoo.sandbox.allow_unconfined=true" in err and "make setup" in err and not (tmp_path / "run").exists()
+    warning = sandbox_preflight(small_cfg(tmp_path, "zoo.sandbox.allow_unconfined=true"))
+    assert warning.startswith("warning:") and "WEAKER isolation: bwrap is not usable here" in warning
+    assert sandbox_preflight(small_cfg(tmp_path, "zoo.tools=[answer]")) is None
+
+
 def test_task_order_is_a_function_of_seed_and_step():
     items = list(range(10))
     a, b = TaskSampler(items, 4, seed=1), TaskSampler(items, 4, seed=1)
