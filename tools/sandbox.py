@@ -210,11 +210,11 @@ class Sandbox:
                 tuple(self._unshare_prefix() + ["true"]), flt=self._child_filter("unshare")):
             iso = "unshare"
         iso = iso or "rlimits"
-        lost = {"unshare": f"bwrap is {why}, so code runs under `unshare -rn` + rlimits: NO file-system "
+        lost = {"unshare": f"bwrap is {why}; the fallback, `unshare -rn` + rlimits, has NO file-system "
                            "confinement (code reads every file its uid can: the project, home, secrets files, "
                            "Ray's /tmp/ray; writes where its uid may; no private /tmp), and nested namespaces and "
-                           "mounts stay open; network and host processes stay cut off",
-                "rlimits": f"bwrap is {why} and `unshare -rn` unavailable, so code runs under rlimits only: NO "
+                           "mounts stay open (network and host processes stay cut off)",
+                "rlimits": f"bwrap is {why} and `unshare -rn` unavailable; the fallback, rlimits only, has NO "
                            "network, file-system or process isolation (code can connect anywhere, read and write "
                            "every file its uid can, and signal or read the environment of every process of its "
                            "uid)"}.get(iso)
