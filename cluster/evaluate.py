@@ -19,6 +19,8 @@ Own keys (everything else is a config override, e.g. experiment=mmlu_pro_replay 
               cluster of cluster.address / $RAY_ADDRESS or a local one); default: in-process tools
               (tools.registry.build_tools + LocalToolClient); the sim zoo needs no network either way.
 The policies' engines run in this process (an evaluation is tool-bound, not learner-bound).
+A run in which every episode ended in an error (no endpoint, no key, a broken engine) writes episodes.jsonl
+but no report, and exits non-zero with the first episode's error: a report of zeros would read as a bad policy.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ from orchestra.config import task_tiers
 
 OWN = ("checkpoint", "base", "dataset", "n", "preference", "seeds", "baselines", "out", "concurrency",
        "tool_servers")
+
+
+def all_failed(records: list[dict[str, Any]], hint: str = "") -> str | None:
+    """The message to stop with when every episode ended in an error (nothing was measured), else None."""
+    if not records or not all(r.get("error") for r in records):
+        return None
+    first = str(records[0]["error"])
+    return (f"evaluation failed: every episode ({len(records)}) ended in an error, so there is nothing to report; "
+            f"the first: {first}{hint if first.startswith('user simulator') else ''}")
 
 
 def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -248,6 +259,11 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     out = Path(own.get("out") or Path(cfg.run_dir) / "eval")
     out.mkdir(parents=True, exist_ok=True)
     (out / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    failed = all_failed(records, hint=f" (the user simulator: tau2.user_model={cfg.tau2.user_model or '<empty>'}, "
+                                      f"tau2.user_api_base={cfg.tau2.user_api_base or '<the provider default>'}, "
+                                      f"key from ${cfg.tau2.user_api_key_env or 'OPENAI_API_KEY'})")
+    if failed:
+        raise SystemExit(failed)
     report = {"dataset": spec, "trials": trials, "n_tasks": len(tasks), "overrides": overrides, "policies": summary}
     (out / "report.json").write_text(json.dumps(report, indent=2))
     cols = [f"pass^{k}" for k in ks] + ["mean_reward", "mean_cost_usd", "mean_latency_s"]
@@ -306,6 +322,13 @@ def main(argv: list[str] | None = None) -> int:
         bar = progress.add_task("episodes", total=n_jobs)
         records = asyncio.run(ev.run(tasks, policies, prefs, seeds,
                                      on_episode=lambda _r: progress.advance(bar)))
+    if own.get("tool_servers", "false").lower() == "true":
+        import ray
+
+        ray.shutdown()
+    failed = all_failed(records)
+    if failed:
+        raise SystemExit(failed)
     meta = {"seeds": seeds, "policies": policies, "preferences": prefs, "n_tasks": len(tasks),
             "overrides": overrides, **{k: v for k, v in own.items()}}
     report = write_report(records, out, meta=meta, plots=cfg.log.plots)
@@ -313,10 +336,6 @@ def main(argv: list[str] | None = None) -> int:
     if "quality" in report:
         console.print(f"quality: {report['quality']}")
     console.print(f"report: {out / 'report.json'}")
-    if own.get("tool_servers", "false").lower() == "true":
-        import ray
-
-        ray.shutdown()
     return 0
 
 

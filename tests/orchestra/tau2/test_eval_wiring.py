@@ -61,3 +61,42 @@ def test_evaluate_tau2_baselines_report_pass_k_cost_latency(mock_domain, tmp_pat
     assert len(rows) == 4 and all(r["tool_counts"] == {r["tool_counts"] and next(iter(r["tool_counts"])): 2}
                                   for r in rows)
     assert "| strongest | 1 | 1 |" in (tmp_path / "eval" / "report.md").read_text()
+
+
+def test_evaluate_tau2_with_no_reachable_user_exits_nonzero_with_the_cause(mock_domain, tmp_path):
+    """Every episode fails (the user simulator's endpoint refuses connections): no report of zeros, a non-zero
+    exit whose message is the first episode's real error. num_retries=1 takes litellm's retry path, which imports
+    tenacity: without it the error read "tenacity import failed" for every episode."""
+    import socket
+
+    import pytest
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    task = next(t for t in mock_domain.tasks("v0.2.0") if t.id == "create_task_1")
+    tasks_file = tmp_path / "tasks.json"
+    tasks_file.write_text(json.dumps([task.model_dump(mode="json")]))
+    with FakeOpenAI(_expert("Important Meeting")) as good, pytest.raises(SystemExit) as stop:
+        main([f"dataset=tau2:mock:v0.2.0:{tasks_file}", "seeds=2", "n=1", f"out={tmp_path / 'eval'}",
+              "experiment=tau2_airline", "baselines=cheapest", "agent.max_turns=2", "tau2.user_model=openai/fake-user",
+              f"tau2.user_api_base={dead}", "tau2.user_num_retries=1", "tau2.user_timeout_s=5",
+              *[f"zoo.experts.{e}.{k}" for e in ("gpt-5", "gpt-5-mini", "qwen3-32b")
+                for k in ("kind=openai", f"base_url={good.base_url}")]])
+    message = str(stop.value.code)
+    assert message.startswith("evaluation failed: every episode (2) ended in an error"), message
+    assert "Connection error" in message and "tenacity" not in message, message
+    assert f"tau2.user_api_base={dead}" in message  # where to look
+    assert not (tmp_path / "eval" / "report.json").exists()
+    rows = [json.loads(line) for line in (tmp_path / "eval" / "episodes.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["termination"] == "user_error" for r in rows)
+
+
+def test_all_failed_only_when_every_episode_errored():
+    from cluster.evaluate import all_failed
+
+    assert all_failed([]) is None
+    assert all_failed([{"error": None}, {"error": "boom"}]) is None  # a partial failure is still a result
+    msg = all_failed([{"error": "EngineError: out of memory"}, {"error": "later"}], hint=" (user hint)")
+    assert msg.endswith("the first: EngineError: out of memory")  # the hint is for user-simulator errors only
+    assert all_failed([{"error": "user simulator failed: x"}], hint=" (user hint)").endswith("x (user hint)")
