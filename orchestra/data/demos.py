@@ -10,7 +10,8 @@ format-correct *random* router: RL has to learn which tool and tier to use.
 demonstration plays k random episodes of its task and keeps the one with the best scalar reward under the
 task's own preference (judged, priced, ties to the earlier). The warm start then already leans toward
 routes that pay off on the training tasks, in hindsight; RL still has to learn what can be known up front.
-`sft_batches` / `sft_lr` cut the demonstrations into the SFT steps and give each step's learning rate; running
+`scripted_samples` plays given scripts instead (one per task: the expected-value teacher's routes,
+orchestra/routing/teacher.py). `sft_batches` / `sft_lr` cut the demonstrations into the SFT steps and give each step's learning rate; running
 them on the learner is cluster/trainer.py's job.
 """
 
@@ -71,6 +72,30 @@ def demo_samples(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_
         raise ValueError("rejection-sampled demonstrations (candidates > 1) need a scorer")
     return asyncio.run(_demos(tasks, tools, tokenizer, prompter_kwargs, agent_kwargs, eos_ids, n, seed, max_tokens,
                               candidates, scorer))
+
+
+def scripted_samples(episodes: list[tuple[Task, list[str]]], tools: ToolClient, tokenizer: Any,
+                     prompter_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], eos_ids: list[int],
+                     max_tokens: int = 96, concurrency: int = 64) -> list[Any]:
+    """Each (task, tool-call texts) played once through the agent loop -> its well-formed turns as samples."""
+    if not episodes:
+        raise ValueError("SFT needs at least one demonstration")
+    prompter = Prompter(tokenizer, **prompter_kwargs)
+
+    async def run() -> list[Any]:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(i: int, task: Task, script: list[str]) -> list[Any]:
+            async with sem:
+                loop = AgentLoop(script_engine(tokenizer, script, eos_ids[0]), tools, prompter,
+                                 eos_token_ids=eos_ids, **agent_kwargs)
+                traj = await loop.run(task, Sampling(max_tokens=max_tokens), uid=f"sft-{i}")
+            return [s for s, turn in zip(episode_samples(traj), traj.turns) if turn.format_ok]
+
+        parts = await asyncio.gather(*(one(i, t, s) for i, (t, s) in enumerate(episodes)))
+        return [s for part in parts for s in part]
+
+    return asyncio.run(run())
 
 
 def sft_batches(samples: list[Any], steps: int, batch_size: int, seed: int) -> list[list[Any]]:

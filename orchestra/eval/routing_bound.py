@@ -81,18 +81,11 @@ def cheapest_reaching(front: list[tuple[float, float]], accuracy: float) -> floa
 
 
 def plan_scripts(schemas: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """Plan name -> tool-call texts: `answer` with each tier, alone or after one call of another tool."""
-    from orchestra.engine.scripted import call_text, tiers_of
+    """Plan name -> tool-call texts: `answer` with each tier, alone or after one call of another tool
+    (orchestra/routing/plans.py enumerates them)."""
+    from orchestra.routing.plans import enumerate_plans
 
-    by_name = {s.get("function", s).get("name"): tiers_of(s) for s in schemas}
-    out: dict[str, list[str]] = {}
-    for answer in by_name.get("answer", []):
-        final = call_text("answer", {"model": answer})
-        out[answer] = [final]
-        for tool, tiers in sorted(by_name.items()):
-            for tier in tiers if tool != "answer" else []:
-                out[f"{tier}+{answer}"] = [call_text(tool, {"model": tier}), final]
-    return out
+    return {plan.name: plan.texts() for plan in enumerate_plans(schemas)}
 
 
 def outcomes_of_episodes(records: Iterable[dict[str, Any]]) -> tuple[dict, int]:

@@ -1,0 +1,87 @@
+"""The estimator router as a policy: a fitted RouteEstimator with its task features and reward scales, saved in
+a run directory (`<run_dir>/router/`) and loaded by evaluation and the Serve app.
+
+`EstimatorRouter.plan(task)` is the route for one request under `task.pref` (milliseconds: one sentence
+embedding, a few dot products); `script(task)` its tool-call texts for a scripted engine, so the router's
+episodes run through the same agent loop, tools and accounting as every other policy
+(orchestra/eval/runner.py `routers`, actors/serve/app.py `policy: estimator`).
+Embeddings of problems already seen are cached per process (evaluation replays each task under several
+preferences and seeds).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchestra.routing.estimator import RouteEstimator, TaskFeatures
+from orchestra.routing.plans import Plan
+from orchestra.types import Task
+
+ROUTER_DIR = "router"
+
+
+def minilm_embed(model_dir: str = "") -> Any:
+    """The sentence embedder the retriever uses (all-MiniLM-L6-v2 from its PyPI package; offline)."""
+    from tools.retrieval.dense import Embedder
+
+    return Embedder(model_dir).encode
+
+
+class EstimatorRouter:
+    def __init__(self, estimator: RouteEstimator, features: TaskFeatures, cost_scale: float, latency_scale: float,
+                 cache_size: int = 4096, model_dir: str = ""):
+        self.estimator, self.features, self.model_dir = estimator, features, model_dir
+        self.cost_scale, self.latency_scale = float(cost_scale), float(latency_scale)
+        self._rows: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.cache_size = int(cache_size)
+
+    def _x(self, tasks: Sequence[Task]) -> np.ndarray:
+        todo = [t for t in dict.fromkeys(t.problem for t in tasks) if t not in self._rows]
+        if todo:
+            by_text = {t.problem: t for t in tasks}
+            for text, row in zip(todo, self.features([by_text[p] for p in todo]), strict=True):
+                self._rows[text] = row
+                if len(self._rows) > self.cache_size:
+                    self._rows.popitem(last=False)
+        return np.stack([self._rows[t.problem] for t in tasks])
+
+    def plans(self, tasks: Sequence[Task]) -> list[Plan]:
+        """The best plan for each task under its own `pref`."""
+        return self.estimator.choose(self._x(tasks), [t.pref for t in tasks], self.cost_scale, self.latency_scale)
+
+    def plan(self, task: Task) -> Plan:
+        return self.plans([task])[0]
+
+    def script(self, task: Task) -> list[str]:
+        return self.plan(task).texts()
+
+    # ------------------------------------------------------------ files
+    def save(self, run_dir: str | Path) -> Path:
+        spec = {"features": {"kind": "minilm", "model_dir": self.model_dir, "meta_keys": self.features.meta_keys,
+                             "vocab": self.features.vocab},
+                "cost_scale": self.cost_scale, "latency_scale": self.latency_scale}
+        return self.estimator.save(Path(run_dir) / ROUTER_DIR, extra=spec)
+
+    @classmethod
+    def load(cls, run_dir: str | Path, embed: Any = None) -> EstimatorRouter:
+        """From `<run_dir>/router/` (or that directory itself); `embed` replaces the MiniLM embedder (tests)."""
+        d = Path(run_dir)
+        d = d if (d / "estimator.json").is_file() else d / ROUTER_DIR
+        estimator, meta = RouteEstimator.load(d)
+        f = meta.get("features", {})
+        if f.get("kind", "minilm") != "minilm":
+            raise ValueError(f"{d}: unknown feature kind {f.get('kind')!r} (this version embeds with minilm)")
+        features = TaskFeatures(embed or minilm_embed(f.get("model_dir", "")), f.get("meta_keys", []),
+                                f.get("vocab", {}))
+        return cls(estimator, features, meta.get("cost_scale", 0.01), meta.get("latency_scale", 10.0),
+                   model_dir=f.get("model_dir", ""))
+
+
+def has_router(run_dir: str | Path) -> bool:
+    d = Path(run_dir)
+    return (d / ROUTER_DIR / "estimator.json").is_file() or (d / "estimator.json").is_file()

@@ -1,0 +1,77 @@
+"""The expected-value teacher: which route each training task should take under each preference vector.
+
+Hindsight labels ("the cheapest tier that happened to be right on this task", what best-of-k demonstrations
+and per-task GRPO groups reward) are nearly the same under every preference, because in training a tier is
+always right or always wrong on a given task. What carries over to an unseen task is the *expected* reward of
+a route given what the prompt shows. So each (task, vector) is labelled with the plan the estimator router
+(orchestra/routing/estimator.py) rates best in expectation, and the policy is warm-started on those episodes.
+
+Cross-fitting keeps the labels honest: the tasks are cut into `folds`; each fold is labelled by an estimator
+fitted on the other folds only, so no label comes from a model that saw that task's own outcomes.
+One exploration serves every vector: labels for any number of vectors cost only arithmetic.
+Vectors per task: the cost-ordered presets plus `sampled` draws of the training sampler
+(orchestra/preferences.py), seeded by the task id.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from orchestra.preferences import COST_ORDER, preset, sample_preference
+from orchestra.routing.estimator import Expected, RouteEstimator, expected_reward
+from orchestra.routing.plans import Outcome, Plan
+from orchestra.types import Preference, Task
+
+
+@dataclass
+class Label:
+    task: Task  # with `pref` set to the vector it is labelled under
+    plan: Plan
+    expected: float  # the plan's expected reward under that vector
+    margin: float  # how much better than the runner-up plan (0: a tie)
+
+
+def label_vectors(task: Task, sampled: int, seed: int, presets: Sequence[str] = COST_ORDER) -> list[Preference]:
+    """The vectors a task is labelled under: the presets, then `sampled` draws seeded by (seed, task id)."""
+    rng = random.Random(f"teacher:{seed}:{task.id}")
+    tool_ids = sorted(task.model_mapping)
+    return [preset(p) for p in presets] + [sample_preference(rng, tool_ids) for _ in range(sampled)]
+
+
+def cross_fitted(X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome], plans: Sequence[Plan],
+                 folds: int = 5, seed: int = 0, C: float = 1.0, alpha: float = 1.0) -> Expected:
+    """Out-of-fold predictions: row i comes from an estimator that never saw task i's outcomes."""
+    n = len(task_ids)
+    if n < 2 * folds:
+        raise ValueError(f"cross-fitting {folds} folds needs at least {2 * folds} tasks, got {n}")
+    order = list(range(n))
+    random.Random(f"folds:{seed}").shuffle(order)
+    P = len(plans)
+    out = Expected(np.zeros((n, P)), np.zeros((n, P)), np.zeros((n, P)))
+    for f in range(folds):
+        held = order[f::folds]
+        keep = sorted(set(range(n)) - set(held))
+        kept_ids = {task_ids[i] for i in keep}
+        est = RouteEstimator(plans, C=C, alpha=alpha).fit(X[keep], [task_ids[i] for i in keep],
+                                                           [o for o in outcomes if o.task_id in kept_ids])
+        e = est.expected(X[held])
+        out.p_correct[held], out.cost_usd[held], out.latency_s[held] = e.p_correct, e.cost_usd, e.latency_s
+    return out
+
+
+def teacher_labels(tasks: Sequence[Task], exp: Expected, plans: Sequence[Plan], sampled: int, seed: int,
+                   cost_scale: float, latency_scale: float) -> list[Label]:
+    """One label per (task, vector): the plan of highest expected reward (ties: the earlier plan)."""
+    out = []
+    for i, task in enumerate(tasks):
+        row = Expected(exp.p_correct[i:i + 1], exp.cost_usd[i:i + 1], exp.latency_s[i:i + 1])
+        for pref in label_vectors(task, sampled, seed):
+            ev = expected_reward(row, plans, pref, cost_scale, latency_scale)[0]
+            best = int(np.argmax(ev))
+            runner_up = float(np.max(np.delete(ev, best))) if len(ev) > 1 else float(ev[best])
+            out.append(Label(replace(task, pref=dict(pref)), plans[best], float(ev[best]), float(ev[best]) - runner_up))
+    return out
