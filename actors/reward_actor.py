@@ -60,7 +60,8 @@ class RewardActor:
                  clip: float = 3.0, cost_scale: float = 0.01, latency_scale: float = 10.0,
                  orchestrator_price_in: float = 0.0, orchestrator_price_out: float = 0.0,
                  count_generation_latency: bool = False, group_deadline_s: float = 300.0,
-                 failure_reward: float = 0.0, unanswered_penalty: float = 0.0, judge_base_url: str = "",
+                 failure_reward: float = 0.0, unanswered_penalty: float = 0.0, norm_adv_by_std: bool = True,
+                 judge_base_url: str = "",
                  judge_model: str = "", judge_api_key_env: str = "", judge_timeout_s: float = 60.0,
                  judge_max_concurrency: int = 16,
                  f1_threshold: float = 0.5, math_timeout_s: float = 10.0, score_timeout_s: float = 600.0):
@@ -79,7 +80,8 @@ class RewardActor:
                              latency_scale=latency_scale, price_in=orchestrator_price_in,
                              price_out=orchestrator_price_out, count_generation=count_generation_latency,
                              failure_reward=self.failure_reward, unanswered_penalty=unanswered_penalty,
-                             llm=self.llm, f1_threshold=f1_threshold, math_timeout_s=math_timeout_s)
+                             norm_adv_by_std=norm_adv_by_std, llm=self.llm, f1_threshold=f1_threshold,
+                             math_timeout_s=math_timeout_s)
         self._groups: dict[str, _Group] = {}
         self._late: dict[str, int] = {}  # uid -> members still missing from a group scored by its deadline
         self._tasks: set[asyncio.Task] = set()  # keep scoring/timer tasks referenced until they finish
@@ -103,7 +105,7 @@ class RewardActor:
                     orchestrator_price_out=model_cfg.price_out_per_mtok if model_cfg else 0.0,
                     count_generation_latency=reward_cfg.count_generation_latency,
                     group_deadline_s=reward_cfg.group_deadline_s, failure_reward=reward_cfg.failure_reward,
-                    unanswered_penalty=reward_cfg.unanswered_penalty,
+                    unanswered_penalty=reward_cfg.unanswered_penalty, norm_adv_by_std=reward_cfg.norm_adv_by_std,
                     judge_base_url=j.base_url if j else "", judge_model=(j.model or "") if j else "",
                     judge_api_key_env=j.api_key_env if j else "", judge_timeout_s=j.timeout_s if j else 60.0)
 

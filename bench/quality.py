@@ -13,8 +13,16 @@ under the accuracy-first / balanced / cost-first / latency-first presets beside 
   RESULT quality_cost_ratio=...    orchestrator (balanced) $ ÷ always-strongest $
   RESULT quality_on_frontier=1|0   orchestrator (balanced) on or above the fixed routers' frontier
   RESULT quality_monotone=1|0      $ falls strictly as the cost weight rises (accuracy-first > balanced > cost-first)
-  RESULT quality_pref_spread=...   accuracy-first $ ÷ cost-first $ (issue 15's goal: >= 3)
-Reports (JSON, markdown, plots) land in <run dir>/quality/. Goal (issue 6): gap <= 2 points at ratio <= 0.35.
+  RESULT quality_pref_spread=...   accuracy-first $ ÷ cost-first $ (goal >= 3)
+  RESULT quality_adherence=...     −Spearman(cost weight, mean $) over a sweep of the cost weight (0.05, 0.2, 0.5,
+                                   1, 2; accuracy 1): 1.0 = $ falls strictly as the weight rises (goal >= 0.9)
+  RESULT quality_vs_estimator=...  the smallest orchestrator − estimator router score difference over the presets
+  RESULT quality_acc_first_gap=... always-strongest − orchestrator accuracy under accuracy-first, points
+  RESULT quality_match_strongest_cost_ratio=...  lowest sweep-point $ ÷ always-strongest $ among points at least
+                                   as accurate as always-strongest (inf: none is)
+and the same figures for the estimator router the run fitted (`quality_estimator_*`; orchestra/routing/), which
+is evaluated beside the orchestrator whenever the run has one.
+Reports (JSON, markdown, plots) land in <run dir>/quality/.
 It also prints (INFO, not a RESULT) the family-router bound (orchestra/eval/routing_bound.py): the best accuracy a
 router that picks one route per task family (MMLU-Pro: subject), chosen in hindsight, could reach at 35 % of
 the strongest's $, and the $ it needs to come within 2 points — from recorded outcomes on replay zoos (the
@@ -60,9 +68,40 @@ def figures(experiment: str, run_dir: Path, n: int, seeds: int, train: bool) -> 
     records = asyncio.run(ev.run(tasks, policies, prefs, seed_list))
     report = write_report(records, out, meta={"experiment": experiment, "seeds": seed_list, "n_tasks": len(tasks)})
     print((out / "report.md").read_text(), flush=True)
+    quality = dict(report.get("quality") or {})
+    quality.update(sweep(ev, tasks, policies, seed_list, report))
     family_bounds(cfg, ev, tasks, seed_list, report)
     per_question(cfg, tasks, records)
-    return report.get("quality")
+    return quality
+
+
+def sweep(ev, tasks, policies, seeds, report) -> dict[str, float]:
+    """The cost-weight sweep (orchestra/eval/adherence.py) for the orchestrator and the estimator router: one
+    INFO line per policy and point, and the adherence / match-strongest figures (the estimator's prefixed)."""
+    from orchestra.eval.adherence import (
+        adherence,
+        match_strongest_cost_ratio,
+        sweep_points,
+        sweep_preferences,
+    )
+
+    learned = [p for p in ("orchestrator", "estimator") if p in policies]
+    strong = next((r for r in report.get("rows", []) if r["policy"] == "strongest"), None)
+    if not learned:
+        return {}
+    prefs = sweep_preferences()
+    records = asyncio.run(ev.run(tasks, learned, prefs, seeds, pref_policies=tuple(learned)))
+    out: dict[str, float] = {}
+    for policy in learned:
+        points = sweep_points(records, policy)
+        for w, usd, acc in points:
+            print(f"INFO sweep {policy}: cost weight {w:g}: accuracy {acc:.3f}, {100 * usd:.4f} cents", flush=True)
+        key = "" if policy == "orchestrator" else "estimator_"
+        out[f"{key}adherence"] = adherence(points)
+        if strong is not None:
+            out[f"{key}match_strongest_cost_ratio"] = match_strongest_cost_ratio(
+                points, strong["cost_cents"] / 100, strong["accuracy"])
+    return out
 
 
 def per_question(cfg, tasks, records) -> None:
@@ -171,7 +210,10 @@ def main(argv: list[str]) -> int:
         q = figures(experiment, run_dir, n, seeds, train)
         if q is None:
             continue
-        for name in ("acc_gap", "cost_ratio", "on_frontier", "monotone", "pref_spread"):
+        for name in ("acc_gap", "cost_ratio", "on_frontier", "monotone", "pref_spread", "adherence",
+                     "vs_estimator", "acc_first_gap", "match_strongest_cost_ratio", "estimator_acc_gap",
+                     "estimator_cost_ratio", "estimator_on_frontier", "estimator_monotone", "estimator_pref_spread",
+                     "estimator_acc_first_gap", "estimator_adherence", "estimator_match_strongest_cost_ratio"):
             if name in q:
                 print(f"RESULT {prefix}{name}={q[name]:.4f}", flush=True)
     return 0

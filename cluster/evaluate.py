@@ -7,6 +7,8 @@ Own keys (everything else is a config override, e.g. experiment=mmlu_pro_replay 
               baselines alone; not given: the run beside run_dir with the newest good checkpoint, in the
               experiment it was trained in (so `make eval` right after `make train` needs no argument)
   base        true: also the untrained base policy (model.name, seeded) as a baseline
+  estimator   the estimator router (orchestra/routing/) as a policy under every preference: a run dir (or
+              its router/ dir); default: the evaluated run's own router when it has one; `estimator=` none
   dataset     template | Task file | loader:<name>:<path> | tau2:<domain>[:<version>[:<tasks.json>]]
               (default: data.source); held-out split. τ²: see `run_tau2` (seeds are trials: pass^1..pass^k)
   n           number of tasks (default eval.n_tasks)
@@ -34,7 +36,7 @@ from typing import Any
 from orchestra.config import task_tiers
 
 OWN = ("checkpoint", "base", "dataset", "n", "preference", "seeds", "baselines", "out", "concurrency",
-       "tool_servers")
+       "tool_servers", "estimator")
 
 
 def all_failed(records: list[dict[str, Any]], hint: str = "") -> str | None:
@@ -131,6 +133,25 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
     return engines
 
 
+def estimator_router(own: dict[str, str]) -> dict[str, Any]:
+    """{"estimator": its script function} when asked for (own `estimator`) or when the evaluated checkpoint's run
+    has a fitted router (`<run_dir>/router/`, written by an expected-value warm start); else {}."""
+    from orchestra.routing.router import EstimatorRouter, has_router
+
+    spec = own.get("estimator")
+    if spec is not None and not spec:
+        return {}
+    if spec:
+        if not has_router(spec):
+            raise SystemExit(f"estimator={spec}: no estimator router there (expected {spec}/router/estimator.json)")
+        return {"estimator": EstimatorRouter.load(spec).script}
+    ckpt = Path(own.get("checkpoint") or "")
+    for d in (ckpt, *ckpt.parents[:3]) if own.get("checkpoint") else ():
+        if has_router(d):
+            return {"estimator": EstimatorRouter.load(d).script}
+    return {}
+
+
 def build(cfg: Any, own: dict[str, str]):
     """Everything the Evaluator needs: (evaluator, tasks, policies, preferences, seeds)."""
     from orchestra.agent.prompt import Prompter
@@ -145,7 +166,7 @@ def build(cfg: Any, own: dict[str, str]):
     tasks, corpus = heldout_tasks(cfg, own.get("dataset", ""), int(own.get("n", cfg.eval.n_tasks)))
     seeds = list(range(int(own.get("seeds", cfg.eval.seeds))))
     tok = policy_tokenizer(cfg, own)
-    prompter = Prompter(tok, a.system_prompt, a.doc_chars, a.code_chars, a.attempt_chars, a.max_observation_chars)
+    prompter = Prompter(tok, **a.prompter_kwargs())
     if own.get("tool_servers", "false").lower() == "true":
         clients = tool_server_clients(cfg, corpus, seeds, tasks)
     else:
@@ -157,6 +178,9 @@ def build(cfg: Any, own: dict[str, str]):
     default = [b for b in BASELINES if b != "oracle" or replay]
     policies = [b for b in own.get("baselines", ",".join(default)).split(",") if b]
     engines = policy_engines(cfg, own, tok)
+    routers = estimator_router(own)
+    if routers:
+        policies.insert(0, "estimator")
     if "orchestrator" in engines:
         policies.insert(0, "orchestrator")
     if "base" in engines:
@@ -171,7 +195,7 @@ def build(cfg: Any, own: dict[str, str]):
                         top_p=cfg.sampling.top_p, top_k=cfg.sampling.top_k)
     r = cfg.reward
     out = Path(own.get("out") or Path(cfg.run_dir) / "eval")
-    ev = Evaluator(tok, prompter, clients, eos_token_ids(tok)[0], engines=engines,
+    ev = Evaluator(tok, prompter, clients, eos_token_ids(tok)[0], engines=engines, routers=routers,
                    tier_cost=tier_costs(z, task_tiers(cfg)), experts=experts,
                    agent_kwargs={"context_mode": a.context_mode, "answer_mode": a.answer_mode,
                                  "max_turns": a.max_turns, "max_calls_per_turn": a.max_calls_per_turn,
@@ -228,7 +252,7 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     tasks = domain_tasks(**spec, limit=int(own.get("n", cfg.eval.n_tasks)), pref=pref)
     trials = int(own.get("seeds", cfg.eval.seeds))
     tok = policy_tokenizer(cfg, own)
-    prompter = Prompter(tok, a.system_prompt, a.doc_chars, a.code_chars, a.attempt_chars, a.max_observation_chars)
+    prompter = Prompter(tok, **a.prompter_kwargs())
     eos = eos_token_ids(tok)
     experts, tiers = call_experts(tau2, asdict(cfg.zoo))
     engines = {name: (lambda trial, e=e: e) for name, e in policy_engines(cfg, own, tok).items()}

@@ -1,42 +1,96 @@
 """Held-out evaluation during training: what the run's `heldout_reward_gain` is measured on.
 
-Every held-out task is played `eval.seeds` times, unscored by the reward actor and at the evaluation temperature,
-then scored here with the `scalar` rubric under the evaluation preference (absolute, not group-relative:
-orchestra/rundir/records.score_kwargs). Each episode's seed depends on (task, k) only, not on the evaluation's
-tag, so the evaluations before and after RL draw the same random numbers (common random numbers: less noise
-in the gain they measure). When to evaluate is cluster/trainer.py's business.
+Every held-out task is played `eval.seeds` times under each preset of `eval.presets` (default: the one
+`eval.preference`), unscored by the reward actor and at the evaluation temperature, then scored here with the
+`scalar` rubric under that preset (absolute, not group-relative: orchestra/rundir/records.score_kwargs). Each
+episode's seed depends on (task, k) only, not on the evaluation's tag or the preset, so the evaluations before
+and after RL draw the same random numbers (common random numbers: less noise in the gain they measure).
+The summary's `score` is the mean over the presets of their mean scores; `by_pref` holds each preset's own
+figures, and `pref_spread` / `monotone` say whether $ follows the cost weight (accuracy-first $ ÷ cost-first $;
+$ falling strictly along accuracy-first, balanced, cost-first). When to evaluate is cluster/trainer.py's business.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from pathlib import Path
 from statistics import mean
 from typing import Any
 
 from actors.rollout_worker import EpisodeResult
+from orchestra.preferences import COST_ORDER, preset
 from orchestra.rundir.records import episode_seed, score_kwargs
 from orchestra.types import Task
 from reward.score import Scored, score_group
 
 
-def requests(tasks: list[Task], seed: int, seeds: int, tag: str) -> list[dict[str, Any]]:
-    """One request per (k, task), a group of one each, seeded by (run seed, task, k)."""
-    return [{"task": t.to_dict(), "uid": f"eval-{tag}-{t.id}-{k}", "group_size": 1,
-             "seed": episode_seed(seed, "eval", t.id, k), "episode_id": f"eval-{tag}-{t.id}-{k}"}
-            for k in range(seeds) for t in tasks]
+def presets(cfg: Any) -> list[str]:
+    return list(cfg.eval.presets) or [cfg.eval.preference]
 
 
-def score(results: list[EpisodeResult], tasks: list[Task], cfg: Any) -> list[Scored]:
-    """The held-out score of each episode (the scalar rubric, no training-only terms)."""
-    by_id = {t.id: t for t in tasks}
+def requests(tasks: list[Task], seed: int, seeds: int, tag: str, prefs: list[str] | None = None
+             ) -> list[dict[str, Any]]:
+    """One request per (preset, k, task), a group of one each, seeded by (run seed, task, k). Without `prefs`
+    each task keeps its own preference (and the ids their old, preset-free form)."""
+    out = []
+    for name in prefs or [""]:
+        pre = f"{name}-" if name else ""
+        for k in range(seeds):
+            for t in tasks:
+                task = {**t.to_dict(), "pref": preset(name)} if name else t.to_dict()
+                out.append({"task": task, "uid": f"eval-{tag}-{pre}{t.id}-{k}", "group_size": 1,
+                            "seed": episode_seed(seed, "eval", t.id, k), "episode_id": f"eval-{tag}-{pre}{t.id}-{k}"})
+    return out
+
+
+def score(results: list[EpisodeResult], requests: list[dict[str, Any]], cfg: Any) -> list[Scored]:
+    """The held-out score of each episode (the scalar rubric under its request's preference, no training-only
+    terms). Results are matched to their requests by episode id."""
+    by_episode = {r["episode_id"]: Task.from_dict(r["task"]) for r in requests}
+    by_uid = {r["uid"]: Task.from_dict(r["task"]) for r in requests}
     trajs = [r.traj for r in results]
-    return asyncio.run(score_group(trajs, [by_id[t.task_id] for t in trajs], **score_kwargs(cfg, "eval")))
+    tasks = [by_episode.get(t.episode_id) or by_uid[t.uid] for t in trajs]
+    return asyncio.run(score_group(trajs, tasks, **score_kwargs(cfg, "eval")))
 
 
-def summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task]) -> dict[str, Any]:
-    """Means over the episodes (score, accuracy, $, seconds, format, answered, tool mix) and per task family,
-    where the routing improved."""
+def summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task],
+            requests: list[dict[str, Any]] | None = None, prefs: list[str] | None = None) -> dict[str, Any]:
+    """Means over the episodes (score, accuracy, $, seconds, format, answered, tool mix) and per task family, where
+    the routing improved; with several presets, `score` is the mean of the presets' scores and `by_pref` holds
+    each preset's own summary."""
+    prefs = prefs or []
+    if len(prefs) <= 1:
+        out = _summary(results, scored, tasks)
+        if prefs:
+            out["by_pref"] = {prefs[0]: {k: v for k, v in out.items() if k != "by_family"}}
+        return out
+    name_of = {tuple(sorted(preset(p).items())): p for p in prefs}
+    uid_pref = {q["uid"]: name_of[tuple(sorted(q["task"]["pref"].items()))] for q in requests or []}
+    parts: dict[str, tuple[list[EpisodeResult], list[Scored]]] = {p: ([], []) for p in prefs}
+    for r, s in zip(results, scored, strict=True):
+        name = uid_pref[r.uid]
+        parts[name][0].append(r)
+        parts[name][1].append(s)
+    by_pref = {p: _summary(rs, ss, tasks) for p, (rs, ss) in parts.items() if rs}
+    out = _summary(results, scored, tasks)
+    out["score"] = mean(v["score"] for v in by_pref.values())
+    out["by_pref"] = {p: {k: v for k, v in b.items() if k != "by_family"} for p, b in by_pref.items()}
+    out.update(adherence(out["by_pref"]))
+    return out
+
+
+def adherence(by_pref: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """pref_spread (accuracy-first $ ÷ cost-first $) and monotone (1: $ falls strictly along accuracy-first,
+    balanced, cost-first) when those presets were scored."""
+    if not all(p in by_pref for p in COST_ORDER):
+        return {}
+    costs = [by_pref[p]["cost_usd"] for p in COST_ORDER]
+    spread = costs[0] / costs[-1] if costs[-1] > 0 else float("inf")
+    return {"pref_spread": spread, "monotone": float(all(a > b for a, b in zip(costs, costs[1:])))}
+
+
+def _summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task]) -> dict[str, Any]:
     by_id = {t.id: t for t in tasks}
     trajs = [r.traj for r in results]
     mix = Counter(k for s in scored for k, v in s.tool_counts.items() for _ in range(v))
@@ -51,3 +105,31 @@ def summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task
             "format_ok": mean(float(all(t.format_ok for t in tr.turns)) for tr in trajs),
             "answered": mean(float(tr.termination == "answered") for tr in trajs),
             "tool_mix": {k: v / len(scored) for k, v in sorted(mix.items())}, "episodes": len(scored)}
+
+
+def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, tokenizer: Any) -> dict[str, Any]:
+    """The estimator router (`<run_dir>/router/`, saved by the expected-value warm start) on the same held-out
+    tasks, presets and tools: the baseline the orchestrator is measured against. Scripted episodes in this
+    process, scored as the policy's are; {} when the run has no router."""
+    from cluster.launch import agent_kwargs
+    from orchestra.agent.prompt import Prompter
+    from orchestra.eval.runner import Evaluator
+    from orchestra.eval.stats import summarize
+    from orchestra.policy.tokenizer import eos_token_ids
+    from orchestra.routing.router import EstimatorRouter, has_router
+
+    if not has_router(run_dir):
+        return {}
+    router = EstimatorRouter.load(run_dir)
+    r, m, eos = cfg.reward, cfg.model, eos_token_ids(tokenizer)
+    ev = Evaluator(tokenizer, Prompter(tokenizer, **cfg.agent.prompter_kwargs()), {0: tools}, eos[0],
+                   agent_kwargs={**agent_kwargs(cfg), "eos_token_ids": eos}, judges=dict(r.judges),
+                   cost_scale=r.cost_scale, latency_scale=r.latency_scale, price_in=m.price_in_per_mtok,
+                   price_out=m.price_out_per_mtok, concurrency=32, routers={"estimator": router.script})
+    names = presets(cfg)
+    records = asyncio.run(ev.run(tasks, ["estimator"], {p: preset(p) for p in names}, [0],
+                                 pref_policies=("estimator",)))
+    rows = {row["preference"]: row for row in summarize(records)}
+    by_pref = {p: {"score": rows[p]["score"], "accuracy": rows[p]["accuracy"], "cost_usd": rows[p]["cost_cents"] / 100,
+                   "latency_s": rows[p]["latency_s"], "tool_mix": rows[p]["tool_mix"]} for p in names if p in rows}
+    return {"score": mean(v["score"] for v in by_pref.values()), "by_pref": by_pref, **adherence(by_pref)}

@@ -74,9 +74,7 @@ def agent_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
 
 
 def prompter_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
-    a = cfg.agent
-    return {"system_prompt": a.system_prompt, "doc_chars": a.doc_chars, "code_chars": a.code_chars,
-            "attempt_chars": a.attempt_chars, "max_observation_chars": a.max_observation_chars}
+    return cfg.agent.prompter_kwargs()
 
 
 def start_tool_servers(cfg: ExperimentConfig) -> dict[str, Any]:

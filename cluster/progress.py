@@ -96,3 +96,18 @@ def family_lines(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         lines.append(f"  {fam} ({a['episodes']} episodes): score {change['score']}, accuracy {change['accuracy']}, "
                      f"$ {change['cost_usd']}")
     return lines
+
+
+def preset_lines(before: dict[str, Any], after: dict[str, Any], router: dict[str, Any]) -> list[str]:
+    """With several held-out presets: one line per preset, score / accuracy / $ after SFT -> after RL, and the
+    estimator router's beside them."""
+    if len(after.get("by_pref", {})) < 2:
+        return []
+    lines = []
+    for name, a in after["by_pref"].items():
+        b = before.get("by_pref", {}).get(name, {})
+        e = router.get("by_pref", {}).get(name)
+        parts = [f"{k} " + (f"{b[k]:.3g} -> " if k in b else "") + f"{a[k]:.3g}" for k in ("score", "accuracy", "cost_usd")]
+        est = f" | estimator router: score {e['score']:.3g}, accuracy {e['accuracy']:.3g}, $ {e['cost_usd']:.3g}" if e else ""
+        lines.append(f"  {name}: " + ", ".join(parts) + est)
+    return lines

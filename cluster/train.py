@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = trainer.fit()
     finally:
         trainer.close()
-    for name in ("heldout_reward_gain", "train_wall_s"):
+    for name in ("heldout_reward_gain", "heldout_pref_spread", "heldout_monotone", "heldout_format_ok",
+                 "heldout_vs_estimator", "train_wall_s"):
         if name in summary:
             print(f"RESULT {name}={summary[name]:.4f}")
     return 0

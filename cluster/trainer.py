@@ -26,7 +26,16 @@ from rich.console import Console
 from actors import metrics as dashboard
 from actors.rollout_worker import EpisodeResult
 from cluster import heldout, launch
-from cluster.progress import Bars, Phases, describe, engine_line, engine_totals, family_lines, headline
+from cluster.progress import (
+    Bars,
+    Phases,
+    describe,
+    engine_line,
+    engine_totals,
+    family_lines,
+    headline,
+    preset_lines,
+)
 from cluster.records import EpisodeRecorder
 from cluster.rollouts import Dispatch, TaskSampler, step_requests
 from cluster.warm_start import warm_start
@@ -40,6 +49,7 @@ from orchestra.rundir.records import episode_seed
 from orchestra.rundir.tracking import Tracker
 from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ² (task source, judge)
 from orchestra.types import TrainSample
+from reward.advantages import balance_by_key
 from reward.score import Scored
 
 
@@ -114,6 +124,7 @@ class Trainer:
             step += 1
         with self.phases("eval"):
             summary["after_rl"] = self.evaluate("final")
+            summary["router"] = self.evaluate_router()
         self.tracker.log(c.algo.steps, {"heldout": summary["after_rl"]}, kind="eval")
         return self._finish(summary)
 
@@ -131,7 +142,7 @@ class Trainer:
             results = self.rollout(requests)
         with ph("samples"):  # the scored episodes' training samples, and the reward actor's step figures
             scored = [r.scored for r in results]
-            samples = training_samples(results)
+            samples = training_samples(results, c.algo.balance_prefs)
             report = ray.get(self.reward.step_report.remote())
         with ph("record"):
             self.records.write(f"step_{step:06d}", "train", step, requests, results, scored, self._sampling(False))
@@ -200,19 +211,30 @@ class Trainer:
 
     # ------------------------------------------------------------------ phases run by fit and step
     def evaluate(self, tag: str) -> dict[str, Any]:
-        """Held-out score: the mean `scalar` rubric value under the eval preference (cluster/heldout.py)."""
+        """Held-out score: the mean `scalar` rubric value under each eval preset (cluster/heldout.py)."""
         tasks = self.heldout[: self.cfg.eval.n_tasks]
         self.sync_weights(only_stale=True)  # a worker restarted since the last sync holds its initial weights
-        requests = heldout.requests(tasks, self.cfg.seed, self.cfg.eval.seeds, tag)
+        prefs = heldout.presets(self.cfg)
+        requests = heldout.requests(tasks, self.cfg.seed, self.cfg.eval.seeds, tag, prefs if len(prefs) > 1 else None)
         self.records.keep_weights(self.learner)
         bar = self.bars.add(f"eval {tag}", len(requests))
         results = self.rollout(requests, eval_mode=True, bar=bar)
         self.bars.remove(bar)
-        scored = heldout.score(results, tasks, self.cfg)
+        scored = heldout.score(results, requests, self.cfg)
         self.records.write(f"eval_{tag}", "eval", -1, requests, results, scored, self._sampling(True))
-        out = heldout.summary(results, scored, tasks)
+        out = heldout.summary(results, scored, tasks, requests, prefs)
         dashboard.record("heldout_score", out["score"], stage=tag)
         return out
+
+    def evaluate_router(self) -> dict[str, Any]:
+        """The estimator router the warm start fitted, on the same held-out tasks and presets (cluster/heldout.py)."""
+        from actors.tool_server import RayToolClient
+        from orchestra.policy.models import load_tokenizer
+
+        m = self.cfg.model
+        tok = load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+        tools = RayToolClient(self.tools, timeout_s=self.cfg.zoo.server.timeout_s)
+        return heldout.router_summary(self.cfg, self.dir, self.heldout[: self.cfg.eval.n_tasks], tools, tok)
 
     def sft(self) -> dict[str, float]:
         """The SFT warm start (cluster/warm_start.py) on the training tasks."""
@@ -258,6 +280,11 @@ class Trainer:
         sft, rl = summary.get("after_sft", {}), summary["after_rl"]
         if sft:
             summary["heldout_reward_gain"] = rl["score"] - sft["score"]
+        for key in ("pref_spread", "monotone", "format_ok"):
+            if key in rl:
+                summary[f"heldout_{key}"] = rl[key]
+        if summary.get("router"):
+            summary["heldout_vs_estimator"] = rl["score"] - summary["router"]["score"]
         summary["train_wall_s"] = time.perf_counter() - self.started
         summary["engines"] = self._engine_report()
         (self.dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
@@ -276,6 +303,8 @@ class Trainer:
             self.console.print(f"dashboard: {len(series)} Orchestra metrics, {sum(series.values())} labelled series "
                                f"at {url}")
         for line in family_lines(sft, rl):
+            self.console.print(line)
+        for line in preset_lines(sft, rl, summary.get("router", {})):
             self.console.print(line)
         return summary
 
@@ -303,15 +332,22 @@ class Trainer:
 
 
 # ---------------------------------------------------------------------- a step's results
-def training_samples(results: list[EpisodeResult]) -> list[TrainSample]:
-    """Every turn sample of the episodes whose group gave a learning signal, carrying its episode's advantage."""
-    out: list[TrainSample] = []
-    for r in results:
-        s = r.scored
-        if s is None or s.dropped or s.status != "scored":
-            continue
-        out += [dataclasses.replace(sample, advantage=s.advantage) for sample in episode_samples(r.traj)]
-    return out
+def training_samples(results: list[EpisodeResult], balance_prefs: bool = False) -> list[TrainSample]:
+    """Every turn sample of the episodes whose group gave a learning signal, carrying its episode's advantage;
+    with `balance_prefs` (algo.balance_prefs, paired steps) the advantages are rescaled so that every preference
+    vector carries the same total |A| (reward/advantages.balance_by_key)."""
+    live = [r for r in results if r.scored is not None and not r.scored.dropped and r.scored.status == "scored"]
+    advantages = [r.scored.advantage for r in live]
+    if balance_prefs:
+        advantages = balance_by_key(advantages, [pref_key(r.uid) for r in live])
+    return [dataclasses.replace(sample, advantage=a) for r, a in zip(live, advantages, strict=True)
+            for sample in episode_samples(r.traj)]
+
+
+def pref_key(uid: str) -> str:
+    """The preference vector of a paired group (its uid ends in -p<k>); '' for unpaired groups."""
+    head, sep, k = uid.rpartition("-p")
+    return k if sep and k.isdigit() else ""
 
 
 def step_metrics(results: list[EpisodeResult], scored: list[Scored], current_version: int) -> dict[str, Any]:
@@ -329,6 +365,6 @@ def by_preference(scored: list[Scored]) -> dict[str, dict[str, float]]:
     differently per vector?"""
     by_k: dict[str, list[Scored]] = {}
     for s in scored:
-        by_k.setdefault(s.uid.rsplit("-p", 1)[-1], []).append(s)
+        by_k.setdefault(pref_key(s.uid), []).append(s)
     return {f"p{k}": {"cost_usd": mean(s.cost_usd for s in v), "accuracy": mean(float(s.correct) for s in v)}
             for k, v in sorted(by_k.items())}

@@ -1,14 +1,25 @@
-"""The SFT warm start of a training run: random-choice demonstrations (orchestra/data/demos.py) played through
-the run's own tool servers, then `sft.steps` learner updates on them with a decaying learning rate, after which
-the learner's frozen reference becomes the warm-started policy (so KL anchors RL to it).
+"""The SFT warm start of a training run: demonstrations played through the run's own tool servers, then
+`sft.steps` learner updates on them with a decaying learning rate, after which the learner's frozen reference
+becomes the warm-started policy (so KL anchors RL to it). Where the demonstrations' routes come from
+(`sft.teacher`):
 
-With `sft.candidates` > 1 each demonstration is the best of k random episodes under the held-out score's own
-rubric (scalar, the task's preference); with `sft.paired` every task is demonstrated under each vector of the
-preference pairing (cluster/rollouts.paired_tasks).
+- `random` (orchestra/data/demos.py): random tool and tier choices, teaching the format only; with
+  `sft.candidates` > 1 each is the best of k random episodes under the held-out score's own rubric (scalar, the
+  task's preference), in hindsight; with `sft.paired` every task is demonstrated under each vector of the
+  preference pairing (cluster/rollouts.paired_tasks).
+- `expected_value` (orchestra/routing/): every plan is played once on `router.explore_tasks` training tasks
+  (exploration), the estimator router is fitted on those outcomes and saved in `<run_dir>/router/` (a policy
+  of its own for evaluation and serving), and each (explored task, preference vector) is demonstrated with the
+  plan a cross-fitted estimator rates best in expectation: the three cost-ordered presets plus
+  `sft.vectors_sampled` sampled vectors per task.
 """
 
 from __future__ import annotations
 
+import random
+import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -16,9 +27,10 @@ import ray
 from actors.tool_server import RayToolClient
 from cluster import launch
 from cluster.rollouts import paired_tasks
-from orchestra.data.demos import demo_samples, sft_batches, sft_lr
+from orchestra.data.demos import demo_samples, scripted_samples, sft_batches, sft_lr
 from orchestra.policy.models import load_tokenizer
 from orchestra.policy.tokenizer import eos_token_ids
+from orchestra.preferences import COST_ORDER
 from orchestra.types import Task
 from reward.score import score_episode
 
@@ -37,10 +49,14 @@ def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list
                                     latency_scale=r.latency_scale, price_in=c.model.price_in_per_mtok,
                                     price_out=c.model.price_out_per_mtok))[3]
 
-    tasks = paired_tasks(tasks, c.data.preference_pairs, c.seed) if c.sft.paired else tasks
-    samples = demo_samples(tasks, tools, tok, launch.prompter_kwargs(c), launch.agent_kwargs(c),
-                           eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens,
-                           candidates=c.sft.candidates, scorer=scorer)
+    report: dict[str, Any] = {}
+    if c.sft.teacher == "expected_value":
+        samples, report = teacher_samples(c, tools, tok, tasks, bars, console)
+    else:
+        tasks = paired_tasks(tasks, c.data.preference_pairs, c.seed) if c.sft.paired else tasks
+        samples = demo_samples(tasks, tools, tok, launch.prompter_kwargs(c), launch.agent_kwargs(c),
+                               eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens,
+                               candidates=c.sft.candidates, scorer=scorer)
     metrics: list[dict[str, Any]] = []
     bar = bars.add("SFT steps", c.sft.steps)
     for i, batch in enumerate(sft_batches(samples, c.sft.steps, c.sft.batch_size, c.seed)):
@@ -49,4 +65,55 @@ def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list
         if (i + 1) % max(1, c.sft.steps // 5) == 0:
             console.print(f"  sft {i + 1}/{c.sft.steps}: loss {metrics[-1]['sft_loss']:.3f}")
     ray.get(learner.reset_reference.remote())  # KL anchors RL to the warm-started policy
-    return {"sft_samples": len(samples), "sft_loss": metrics[-1]["sft_loss"] if metrics else float("nan")}
+    return {"sft_samples": len(samples), "sft_loss": metrics[-1]["sft_loss"] if metrics else float("nan"),
+            **report}
+
+
+def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task], bars: Any, console: Any
+                    ) -> tuple[list[Any], dict[str, Any]]:
+    """Exploration -> estimator router (saved) -> cross-fitted expected-value labels -> their episodes as
+    training samples; and a report (label mix per preset, timings)."""
+    from orchestra.agent.prompt import Prompter
+    from orchestra.routing.estimator import RouteEstimator, TaskFeatures
+    from orchestra.routing.explore import explore
+    from orchestra.routing.plans import enumerate_plans
+    from orchestra.routing.router import EstimatorRouter, minilm_embed
+    from orchestra.routing.teacher import cross_fitted, teacher_labels
+
+    c, r, rc = cfg, cfg.reward, cfg.router
+    run_dir = Path(c.run_dir).expanduser().resolve()
+    n = rc.explore_tasks or len(train)
+    tasks = random.Random(f"explore:{c.seed}").sample(train, min(n, len(train)))
+    plans = enumerate_plans(tools.schemas(tasks[0]))
+    eos = eos_token_ids(tok)
+    t0 = time.perf_counter()
+    bar = bars.add("explore", len(tasks) * len(plans))
+    outcomes = explore(tasks, plans, tools, tok, Prompter(tok, **launch.prompter_kwargs(c)), eos[0],
+                       agent_kwargs={**launch.agent_kwargs(c), "eos_token_ids": eos}, judges=dict(r.judges),
+                       cost_scale=r.cost_scale, latency_scale=r.latency_scale, price_in=c.model.price_in_per_mtok,
+                       price_out=c.model.price_out_per_mtok, results_path=run_dir / "router" / "explore.jsonl",
+                       on_episode=lambda _rec: bars.advance(bar))
+    bars.remove(bar)
+    explore_s = time.perf_counter() - t0
+    features = TaskFeatures(minilm_embed(c.zoo.retriever.model_dir), rc.meta_keys).fit_vocab(tasks)
+    X, ids = features(tasks), [t.id for t in tasks]
+    estimator = RouteEstimator(plans, C=rc.C, alpha=rc.alpha).fit(X, ids, outcomes)
+    EstimatorRouter(estimator, features, r.cost_scale, r.latency_scale, model_dir=c.zoo.retriever.model_dir
+                    ).save(run_dir)
+    expected = cross_fitted(X, ids, outcomes, plans, folds=rc.folds, seed=c.seed, C=rc.C, alpha=rc.alpha)
+    labels = teacher_labels(tasks, expected, plans, c.sft.vectors_sampled, c.seed, r.cost_scale, r.latency_scale)
+    mix: dict[str, Counter] = {}
+    for i, lab in enumerate(labels):  # each task's labels: the presets in COST_ORDER, then the sampled vectors
+        k = i % (len(COST_ORDER) + c.sft.vectors_sampled)
+        if k < len(COST_ORDER):
+            mix.setdefault(COST_ORDER[k], Counter())[lab.plan.name] += 1
+    for name, counts in mix.items():
+        top = ", ".join(f"{p} {v / len(tasks):.0%}" for p, v in counts.most_common(3))
+        console.print(f"  teacher, {name}: {top}")
+    samples = scripted_samples([(lab.task, lab.plan.texts()) for lab in labels], tools, tok,
+                               launch.prompter_kwargs(c), launch.agent_kwargs(c), eos, c.sampling.max_tokens)
+    console.print(f"  teacher: {len(outcomes)} exploration episodes ({len(tasks)} tasks x {len(plans)} plans) in "
+                  f"{explore_s:.0f}s; {len(labels)} expected-value labels -> {len(samples)} samples; estimator "
+                  f"router saved in {run_dir / 'router'}")
+    return samples, {"explore_episodes": len(outcomes), "explore_s": explore_s, "teacher_labels": len(labels),
+                     "teacher_mix": {k: dict(v) for k, v in mix.items()}}

@@ -46,8 +46,9 @@ def group_std(values: Sequence[float]) -> float:
 
 
 def scalar_advantages(rewards: Sequence[float], group_ids: Sequence[Hashable],
-                      epsilon: float = EPSILON) -> list[float]:
-    """GRPO outcome advantages through verl's `compute_grpo_outcome_advantage` (one reward per episode)."""
+                      epsilon: float = EPSILON, norm_by_std: bool = True) -> list[float]:
+    """GRPO outcome advantages through verl's `compute_grpo_outcome_advantage` (one reward per episode);
+    `norm_by_std=False`: mean-centred only (verl's norm_adv_by_std_in_grpo=False, as Dr. GRPO)."""
     if len(rewards) != len(group_ids):
         raise ValueError(f"{len(rewards)} rewards but {len(group_ids)} group ids")
     if not rewards:
@@ -61,7 +62,7 @@ def scalar_advantages(rewards: Sequence[float], group_ids: Sequence[Hashable],
     mask = torch.ones_like(token_rewards)
     index = np.array([str(g) for g in group_ids], dtype=object)
     adv, _ = compute_grpo_outcome_advantage(token_rewards, mask, index, epsilon=epsilon,
-                                            norm_adv_by_std_in_grpo=True)
+                                            norm_adv_by_std_in_grpo=norm_by_std)
     return [float(a) for a in adv[:, 0]]
 
 
@@ -69,19 +70,22 @@ GroupAdvantages = list[tuple[list[float], bool]]
 
 
 def toolorchestra_advantages(groups: Sequence[Sequence[float]], min_std: float = 0.1,
-                             clip: float = 3.0) -> GroupAdvantages:
-    """`group_advantages` of each group."""
+                             clip: float = 3.0, norm_by_std: bool = True) -> GroupAdvantages:
+    """`group_advantages` of each group (always std-normalised: the rubric's features are already min-max
+    scaled per group; reward.norm_adv_by_std=false is refused for it by the config checks)."""
     return [group_advantages(g, min_std, clip) for g in groups]
 
 
 def scalar_group_advantages(groups: Sequence[Sequence[float]], min_std: float = 0.1,
-                            clip: float = 3.0) -> GroupAdvantages:
+                            clip: float = 3.0, norm_by_std: bool = True) -> GroupAdvantages:
     """verl's GRPO advantages over all groups, then the same guard as toolorchestra. verl divides by the
     group's std however small: a group that differs only by noise (all wrong, a few tenths of a cent apart)
     would get advantages of +-1 and push the policy at random. So groups (of two or more) with sample std
-    <= min_std are dropped, the rest clipped to +-clip."""
+    <= min_std are dropped, the rest clipped to +-clip. `norm_by_std=False` keeps the rewards' own scale
+    (R − group mean): a group whose routes differ only by a few cents then moves the policy by a few cents'
+    worth, instead of as much as a group where one route is right and another wrong."""
     flat = [float(v) for g in groups for v in g]
-    adv = scalar_advantages(flat, [i for i, g in enumerate(groups) for _ in g])
+    adv = scalar_advantages(flat, [i for i, g in enumerate(groups) for _ in g], norm_by_std=norm_by_std)
     out: GroupAdvantages = []
     start = 0
     for g in groups:
@@ -89,3 +93,20 @@ def scalar_group_advantages(groups: Sequence[Sequence[float]], min_std: float = 
         dropped = len(g) > 1 and group_std(list(g)) <= min_std
         out.append(([0.0 if dropped else max(-clip, min(clip, a)) for a in mine], dropped))
     return out
+
+
+def balance_by_key(advantages: Sequence[float], keys: Sequence[Hashable]) -> list[float]:
+    """Rescale advantages so that every key (a preference vector of a paired step) carries the same total |A|:
+    the mean of the keys' totals. Keys whose advantages are all 0 (every group dropped) stay 0; the sign and
+    the within-key proportions never change. Why: a cost-heavy vector's groups are informative far more often
+    than an accuracy-first one's, and would otherwise decide where the shared weights move."""
+    if len(advantages) != len(keys):
+        raise ValueError(f"{len(advantages)} advantages but {len(keys)} keys")
+    totals: dict[Hashable, float] = {}
+    for a, k in zip(advantages, keys, strict=True):
+        totals[k] = totals.get(k, 0.0) + abs(float(a))
+    live = [t for t in totals.values() if t > 0]
+    if not live:
+        return [float(a) for a in advantages]
+    target = sum(live) / len(live)
+    return [float(a) * (target / totals[k] if totals[k] > 0 else 0.0) for a, k in zip(advantages, keys, strict=True)]

@@ -85,7 +85,8 @@ async def score_group(trajs: Sequence[Trajectory], tasks: Task | Sequence[Task],
                       judges: dict[str, str] | None = None, min_std: float = 0.1, clip: float = 3.0,
                       cost_scale: float = 0.01, latency_scale: float = 10.0, price_in: float = 0.0,
                       price_out: float = 0.0, count_generation: bool = False, failure_reward: float = 0.0,
-                      unanswered_penalty: float = 0.0, llm: LLMJudge | None = None, f1_threshold: float = 0.5,
+                      unanswered_penalty: float = 0.0, norm_adv_by_std: bool = True,
+                      llm: LLMJudge | None = None, f1_threshold: float = 0.5,
                       math_timeout_s: float = 10.0) -> list[Scored]:
     """Score episodes; members sharing a `uid` form a group (the toolorchestra rubric needs one P per group:
     the first member's task's). `tasks` is one Task for all, or one per trajectory. Sets `traj.correct`."""
@@ -134,7 +135,8 @@ async def score_group(trajs: Sequence[Trajectory], tasks: Task | Sequence[Task],
     advantages = [0.0] * n
     dropped = [False] * n
     members_of = list(groups.values())
-    per_group = scheme.advantages([[values[i] for i in members] for members in members_of], min_std, clip)
+    per_group = scheme.advantages([[values[i] for i in members] for members in members_of], min_std, clip,
+                                  norm_by_std=norm_adv_by_std)
     for members, (adv, drop) in zip(members_of, per_group, strict=True):
         for i, a in zip(members, adv, strict=True):
             advantages[i], dropped[i] = a, drop

@@ -44,6 +44,10 @@ class ServeSettings:
     experiment: str = "cpu_tiny"  # conf/experiment preset: model, engine, zoo, agent settings
     overrides: list[str] = field(default_factory=list)  # key=value overrides of that experiment
     checkpoint: str = ""  # training checkpoint dir or HF path; empty: the experiment's model.name
+    # model: the orchestrator LLM plans every turn | estimator: the run's estimator router picks the route
+    # (orchestra/routing/; `router` = a run dir holding router/, default: the checkpoint's run)
+    policy: str = "model"
+    router: str = ""
     model_id: str = "orchestra"  # the name clients put in `model` (GET /v1/models)
     tools: str = "local"  # local: tools in the replica | actors: tool-server actors (RayToolClient)
     api_keys: list[str] = field(default_factory=list)  # prefer the env var; both are accepted
@@ -66,6 +70,8 @@ def settings_from_dict(args: dict[str, Any] | None) -> ServeSettings:
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "?"
         raise ValueError(f"serve settings: bad key {key!r}: {getattr(e, 'msg', str(e)).splitlines()[0]}") from None
+    if out.policy not in ("model", "estimator"):
+        raise ValueError(f"serve settings: policy must be model or estimator, got {out.policy!r}")
     if out.tools not in ("local", "actors"):
         raise ValueError(f"serve settings: tools must be local or actors, got {out.tools!r}")
     if out.max_request_bytes < 1024 or out.max_tokens_limit < 1:

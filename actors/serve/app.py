@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import time
@@ -53,8 +54,10 @@ class Plan:
 class OrchestraService:
     def __init__(self, loop: AgentLoop, catalogue: list[str], tiers: dict[str, str], *, model_id: str = "orchestra",
                  max_tokens: int = 96, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                 max_tokens_limit: int = 1024, default_preference: str = "balanced"):
+                 max_tokens_limit: int = 1024, default_preference: str = "balanced", router: Any = None):
         self.loop, self.catalogue, self.tiers, self.model_id = loop, list(catalogue), dict(tiers), model_id
+        # policy=estimator: a task -> scripted engine function (orchestra/routing/router.py); None: the model
+        self.router = router
         self.defaults = Sampling(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k)
         self.max_tokens_limit, self.default_preference = max_tokens_limit, default_preference
 
@@ -100,7 +103,11 @@ class OrchestraService:
         warm = getattr(self.loop.tools, "aschemas", None)
         if warm is not None:  # Ray tool client: fetch schemas without blocking the replica's event loop
             await warm(plan.task)
-        return await self.loop.run(plan.task, plan.sampling, uid=plan.cid, episode_id=plan.cid,
+        loop = self.loop
+        if self.router is not None:  # the estimator router picks the whole route up front, in milliseconds
+            loop = copy.copy(self.loop)
+            loop.engine = self.router(plan.task)
+        return await loop.run(plan.task, plan.sampling, uid=plan.cid, episode_id=plan.cid,
                                    budget_usd=b["usd"], budget_seconds=b["seconds"], budget_turns=b["turns"],
                                    on_step=on_step)
 
@@ -392,13 +399,29 @@ def build_service(settings: ServeSettings) -> OrchestraService:
         engine = HFEngine.from_model(model, tok, device=str(model.device), **cfg.engine.hf_kwargs())
     eos = eos_token_ids(tok)
     a = cfg.agent
-    prompter = Prompter(tok, system_prompt=a.system_prompt, doc_chars=a.doc_chars, code_chars=a.code_chars,
-                        attempt_chars=a.attempt_chars, max_observation_chars=a.max_observation_chars)
+    prompter = Prompter(tok, **a.prompter_kwargs())
     loop = AgentLoop.from_config(a, engine, _tool_client(settings, cfg), prompter, eos_token_ids=eos)
     s = cfg.sampling
     return OrchestraService(loop, list(cfg.zoo.tools), dict(cfg.zoo.tiers), model_id=settings.model_id,
                             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                            max_tokens_limit=settings.max_tokens_limit)
+                            max_tokens_limit=settings.max_tokens_limit, router=router_engine(settings, tok, eos))
+
+
+def router_engine(settings: ServeSettings, tok: Any, eos: list[int]) -> Any:
+    """policy=estimator: task -> a scripted engine playing the route the estimator router (saved by an
+    expected-value warm start in `<run dir>/router/`) picks under the request's preference; None for the model."""
+    if settings.policy == "model":
+        return None
+    from orchestra.engine.scripted import script_engine
+    from orchestra.routing.router import EstimatorRouter, has_router
+
+    where = settings.router or settings.checkpoint
+    found = next((d for d in (Path(where), *Path(where).parents[:3]) if has_router(d)), None) if where else None
+    if found is None:
+        raise ValueError(f"policy=estimator: no estimator router under {where or '(no checkpoint or router given)'}; "
+                         "train with sft.teacher=expected_value (make train does) or set router=<run dir>")
+    router = EstimatorRouter.load(found)
+    return lambda task: script_engine(tok, router.script(task), eos[0])
 
 
 def _tool_client(settings: ServeSettings, cfg: Any) -> Any:

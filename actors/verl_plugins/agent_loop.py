@@ -242,9 +242,8 @@ class OrchestraAgentLoop(AgentLoopBase):
         tools, reward = self._clients()
         await tools.warm(task)
         engine = ServerEngine(self.server_manager, f"{uid}-{session}-{uuid.uuid4().hex[:6]}", sampling_params)
-        prompter = Prompter(self.tokenizer, system_prompt=a.system_prompt, doc_chars=a.doc_chars,
-                            code_chars=a.code_chars, attempt_chars=a.attempt_chars,
-                            max_observation_chars=min(a.max_observation_chars, cfg.verl.max_tool_response_chars))
+        prompter = Prompter(self.tokenizer, **{**a.prompter_kwargs(), "max_observation_chars": min(
+            a.max_observation_chars, cfg.verl.max_tool_response_chars)})
         # A sample is at most prompt_length + response_length tokens in verl; reprompt prompts are kept short by
         # the doc/code/attempt character budgets (an overlong one is left-truncated in `_output`).
         ctx_tokens = self.prompt_len + self.response_len

@@ -47,12 +47,35 @@ class ChatTokenizer(Protocol):
     def decode(self, ids: list[int], skip_special_tokens: bool = ...) -> str: ...
 
 
-def preference_text(pref: Preference) -> str:
+# A weight relative to accuracy's, in one word (the ratio's upper bounds): five levels, so the cost weights a
+# user is likely to try (0.05, 0.2, 0.5, 1, 2 with accuracy 1) each read differently.
+LEVELS = ((0.0, "none"), (0.1, "minimal"), (0.35, "low"), (0.75, "medium"), (1.5, "high"))
+
+
+def level(weight: float, accuracy: float) -> str:
+    r = weight / accuracy if accuracy > 0 else weight
+    if r <= 0:
+        return "none"
+    return next((word for bound, word in LEVELS[1:] if r < bound), "top")
+
+
+def preference_words(pref: Preference) -> str:
+    """"Priorities: cost high, latency low, avoids answer-1." — the vector as words (cost and latency relative to
+    accuracy, tool likes and dislikes by sign)."""
+    acc = pref.get("accuracy", 0.0)
+    parts = [f"{k} {level(pref.get(k, 0.0), acc)}" for k in ("cost", "latency")]
+    parts += [f"{'likes' if v > 0 else 'avoids'} {k[5:]}" for k, v in sorted(pref.items())
+              if k.startswith("tool:") and v != 0]
+    return "Priorities: " + ", ".join(parts) + "."
+
+
+def preference_text(pref: Preference, words: bool = False) -> str:
     if not pref:
         return "User preference: accuracy first."
     parts = [f"{k} {v:g}" for k, v in sorted(pref.items())]
     # Weights: higher = matters more; a negative tool weight = avoid that tool.
-    return "Preference weights: " + ", ".join(parts) + "."
+    text = "Preference weights: " + ", ".join(parts) + "."
+    return f"{text} {preference_words(pref)}" if words else text
 
 
 def _fit(items: list[str], budget: int, label: str) -> str:
@@ -75,11 +98,13 @@ def _fit(items: list[str], budget: int, label: str) -> str:
 
 class Prompter:
     def __init__(self, tokenizer: ChatTokenizer, system_prompt: str = "", doc_chars: int = 1200,
-                 code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500):
+                 code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500,
+                 preference_words: bool = False):
         self.tok = tokenizer
         self.system_prompt = system_prompt or DEFAULT_SYSTEM
         self.doc_chars, self.code_chars, self.attempt_chars = doc_chars, code_chars, attempt_chars
         self.max_observation_chars = max_observation_chars
+        self.preference_words = preference_words
         self._prefix_cache: dict[tuple[str, str], tuple[str, list[int]]] = {}
 
     # ------------------------------------------------------------ messages
@@ -95,11 +120,11 @@ class Prompter:
             body = _fit(items, budget, title.split()[-1].rstrip("s").capitalize())
             if body:
                 sections.append(f"{title}:\n{body}")
-        sections.append(preference_text(task.pref))
+        sections.append(preference_text(task.pref, self.preference_words))
         return {"role": "user", "content": "\n\n".join(sections)}
 
     def first_messages(self, task: Task) -> list[dict[str, Any]]:
-        return [self.system(task), {"role": "user", "content": f"{task.problem}\n\n{preference_text(task.pref)}"}]
+        return [self.system(task), {"role": "user", "content": f"{task.problem}\n\n{preference_text(task.pref, self.preference_words)}"}]
 
     def observation(self, text: str) -> str:
         cap = self.max_observation_chars

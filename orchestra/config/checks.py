@@ -4,6 +4,7 @@ failure raises ConfigError naming the key, before any actor starts."""
 from __future__ import annotations
 
 from orchestra.config.schema import ConfigError, ExperimentConfig, MCPServerConfig
+from orchestra.preferences import PRESETS
 
 
 def validate(cfg: ExperimentConfig) -> None:
@@ -32,6 +33,8 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.reward.unanswered_penalty >= 0, "reward.unanswered_penalty", "must be >= 0 (it is subtracted)")
     need(cfg.reward.unanswered_penalty == 0 or cfg.reward.rubric == "scalar", "reward.unanswered_penalty",
          "is a term of the scalar rubric only; set reward=scalar or leave it 0")
+    need(cfg.reward.norm_adv_by_std or cfg.reward.rubric == "scalar", "reward.norm_adv_by_std",
+         "false is for the scalar rubric (toolorchestra's features are min-max scaled per group already)")
     need(cfg.reward.rubric in ("toolorchestra", "scalar"), "reward.rubric",
          f"must be toolorchestra or scalar, got {cfg.reward.rubric!r}")
     need(cfg.model.lora.r >= 0, "model.lora.r", "must be >= 0 (0: no adapters, full fine-tuning)")
@@ -41,6 +44,16 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")
     need(cfg.cluster.num_rollout_workers >= 1, "cluster.num_rollout_workers", "must be >= 1")
     need(cfg.sft.candidates >= 1, "sft.candidates", "must be >= 1 (1: plain random demonstrations)")
+    need(cfg.sft.teacher in ("random", "expected_value"), "sft.teacher",
+         f"must be random or expected_value, got {cfg.sft.teacher!r}")
+    need(cfg.sft.teacher == "random" or cfg.sft.candidates == 1, "sft.candidates",
+         "best-of-k applies to random demonstrations only (sft.teacher=random)")
+    need(cfg.sft.vectors_sampled >= 0, "sft.vectors_sampled", "must be >= 0")
+    need(cfg.router.explore_tasks >= 0, "router.explore_tasks", "must be >= 0 (0: every training task)")
+    need(cfg.router.C > 0 and cfg.router.alpha > 0, "router.C", "router.C and router.alpha must be > 0")
+    need(cfg.router.folds >= 2, "router.folds", "cross-fitting needs at least 2 folds")
+    for name in cfg.eval.presets:
+        need(name in PRESETS, "eval.presets", f"{name!r} is not a preset; choose from {sorted(PRESETS)}")
     need(not cfg.sft.paired or bool(cfg.data.preference_pairs), "sft.paired",
          "needs data.preference_pairs (the vectors each demonstrated task is played under)")
     need(cfg.zoo.server.max_concurrency >= 1, "zoo.server.max_concurrency", "must be >= 1")

@@ -103,7 +103,16 @@ class AgentConfig:
     max_context_tokens: int = 3072
     count_generation_latency: bool = False
     system_prompt: str = ""  # empty: orchestra.agent.prompt's default
+    # the preference also in words beside its weights ("Priorities: cost high, latency low."): a few tokens a small
+    # policy reads more easily than a number (orchestra.agent.prompt.preference_words)
+    preference_words: bool = False
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+
+    def prompter_kwargs(self) -> dict[str, Any]:
+        """orchestra.agent.prompt.Prompter's arguments: one mapping for training, evaluation and serving."""
+        return {"system_prompt": self.system_prompt, "doc_chars": self.doc_chars, "code_chars": self.code_chars,
+                "attempt_chars": self.attempt_chars, "max_observation_chars": self.max_observation_chars,
+                "preference_words": self.preference_words}
 
 
 # ---------------------------------------------------------------- tools and experts (the zoo)
@@ -237,6 +246,9 @@ class RewardConfig:
     # scalar rubric, training only: subtracted from an episode that ended without an answer (held-out scores
     # stay the plain rubric); > 0 keeps cost-heavy preferences from teaching "never answer"
     unanswered_penalty: float = 0.0
+    # false: GRPO advantages are R − group mean, not divided by the group's std (scalar rubric only): a group whose
+    # routes differ by cents then weighs cents, not as much as one where a route is right and another wrong
+    norm_adv_by_std: bool = True
     count_generation_latency: bool = False
 
 
@@ -254,6 +266,9 @@ class AlgoConfig:
     loss_agg_mode: str = "token-mean"
     kl_type: str = "mse"
     kl_coef: float = 1e-4
+    # paired GRPO: rescale each step's advantages so every preference vector carries the same total |A| (the
+    # cost-heavy vectors' groups are informative far more often and would otherwise steer the shared weights)
+    balance_prefs: bool = False
     micro_batch_size: int = 32
     grad_clip: float = 1.0
     ppo_epochs: int = 1
@@ -273,6 +288,22 @@ class SFTConfig:
     # tasks interleaved, so `demos` covers demos / K tasks under all K), best-of-`candidates` under that
     # vector: the warm start sees the same question routed differently for different users
     paired: bool = False
+    # random: the demonstrations' routes are random (best of `candidates` in hindsight when > 1);
+    # expected_value: each (training task, preference vector) demonstrates the route the estimator router rates
+    # best in expectation (orchestra/routing/teacher.py), fitted on exploration episodes (`router.*`)
+    teacher: str = "random"
+    vectors_sampled: int = 3  # expected_value: sampled vectors per task beyond the three cost-ordered presets
+
+
+@dataclass
+class RouterConfig:
+    """The estimator router (orchestra/routing/): exploration, fit, and what the teacher labels with."""
+
+    explore_tasks: int = 160  # training tasks every plan is played on (0: all of them)
+    C: float = 1.0  # inverse L2 strength of the per-plan logistic regressions
+    alpha: float = 1.0  # ridge strength of the $ and seconds regressions
+    folds: int = 5  # cross-fitting folds for the teacher's labels
+    meta_keys: list[str] = field(default_factory=list)  # task.meta fields one-hot encoded beside the embedding
 
 
 @dataclass
@@ -301,6 +332,9 @@ class EvalConfig:
     every_steps: int = 0  # 0: only before and after training
     n_tasks: int = 64
     preference: str = "balanced"
+    # presets the held-out tasks are scored under (each task played under each); empty: [preference].
+    # heldout_reward_gain is the mean of their gains
+    presets: list[str] = field(default_factory=list)
     seeds: int = 1
     temperature: float = 0.0
 
@@ -390,6 +424,7 @@ class ExperimentConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    router: RouterConfig = field(default_factory=RouterConfig)
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)

@@ -16,7 +16,9 @@ def quality_figures(rows: list[dict[str, Any]], orchestrator: str = "orchestrato
     """The `quality_*` figures (DESIGN.md "Benchmarks") from summary rows. Degenerate policies do not pass:
     on_frontier also needs accuracy > 0 (never answering is free, and so trivially "on" the frontier), and
     monotone needs $ falling strictly along accuracy-first, balanced, cost-first; pref_spread is the ratio of
-    the ends (accuracy-first $ / cost-first $)."""
+    the ends (accuracy-first $ / cost-first $). With the estimator router evaluated beside it: vs_estimator, the
+    smallest orchestrator − estimator score difference over the presets both ran under; acc_first_gap,
+    always-strongest's accuracy − the orchestrator's under accuracy-first, in points."""
     by = {(r["policy"], r["preference"]): r for r in rows}
     base = [r for r in rows if r["policy"] in BASELINES]
     orch = by.get((orchestrator, preference)) or next(r for r in rows if r["policy"] == orchestrator)
@@ -33,6 +35,11 @@ def quality_figures(rows: list[dict[str, Any]], orchestrator: str = "orchestrato
         out["monotone"] = float(costs[0] > costs[1] > costs[2])
         # how far apart the presets' $ are: accuracy-first $ / cost-first $ (goal >= 3)
         out["pref_spread"] = costs[0] / costs[2] if costs[2] > 0 else (math.inf if costs[0] > 0 else 0.0)
+    shared = [p for (pol, p) in by if pol == orchestrator and ("estimator", p) in by]
+    if shared:
+        out["vs_estimator"] = min(by[(orchestrator, p)]["score"] - by[("estimator", p)]["score"] for p in shared)
+    if strong is not None and (orchestrator, "accuracy-first") in by:
+        out["acc_first_gap"] = 100.0 * (strong["accuracy"] - by[(orchestrator, "accuracy-first")]["accuracy"])
     return out
 
 
@@ -56,6 +63,10 @@ def write_report(records: list[dict[str, Any]], out_dir: str | Path, meta: dict[
     report: dict[str, Any] = {"meta": dict(meta or {}), "rows": rows}
     if any(r["policy"] == "orchestrator" for r in rows) and any(r["policy"] in BASELINES for r in rows):
         report["quality"] = quality_figures(rows)
+    if any(r["policy"] == "estimator" for r in rows) and any(r["policy"] in BASELINES for r in rows):
+        # the estimator router's own figures beside the orchestrator's (prefixed), or alone without one
+        own = {k: v for k, v in quality_figures(rows, orchestrator="estimator").items() if k != "vs_estimator"}
+        report.setdefault("quality", {}).update({f"estimator_{k}": v for k, v in own.items()})
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "report.md").write_text(markdown_table(rows))
     if plots:

@@ -55,16 +55,19 @@ class Evaluator:
 
     tool_clients: seed -> ToolClient (a LocalToolClient over build_tools, or Ray tool-server clients).
     engines: policy name -> Engine shared by all its episodes (orchestrator, base); baselines need none.
-    scripts: policy name -> fixed tool-call texts played on every task (e.g. one plan of a family router)."""
+    scripts: policy name -> fixed tool-call texts played on every task (e.g. one plan of a family router).
+    routers: policy name -> task -> tool-call texts, chosen per task under its preference (the estimator router,
+    orchestra/routing/router.py)."""
 
     def __init__(self, tokenizer: Any, prompter: Prompter, tool_clients: dict[int, Any], eos_token_id: int, *,
                  engines: dict[str, Engine] | None = None, tier_cost: dict[str, float] | None = None,
                  experts: dict[str, Any] | None = None, agent_kwargs: dict[str, Any] | None = None,
                  sampling: Sampling | None = None, judges: dict[str, str] | None = None, cost_scale: float = 0.01,
                  latency_scale: float = 10.0, price_in: float = 0.0, price_out: float = 0.0, concurrency: int = 16,
-                 results_path: str | Path | None = None, scripts: dict[str, list[str]] | None = None):
+                 results_path: str | Path | None = None, scripts: dict[str, list[str]] | None = None,
+                 routers: dict[str, Callable[[Task], list[str]]] | None = None):
         self.tok, self.prompter, self.tool_clients, self.eos = tokenizer, prompter, tool_clients, eos_token_id
-        self.engines, self.scripts = dict(engines or {}), dict(scripts or {})
+        self.engines, self.scripts, self.routers = dict(engines or {}), dict(scripts or {}), dict(routers or {})
         self.tier_cost, self.experts = dict(tier_cost or {}), experts
         self.agent_kwargs = dict(agent_kwargs or {})
         self.sampling = sampling or Sampling(temperature=0.0)
@@ -79,6 +82,8 @@ class Evaluator:
             return self.engines[policy]
         if policy in self.scripts:
             return script_engine(self.tok, self.scripts[policy], self.eos)
+        if policy in self.routers:
+            return script_engine(self.tok, self.routers[policy](task), self.eos)
         schemas = self.tool_clients[seed].schemas(task)
         script = baseline_script(policy, task, schemas, self.tier_cost, seed, self.experts)
         return script_engine(self.tok, script, self.eos)
@@ -105,10 +110,13 @@ class Evaluator:
                 "turns": len(traj.turns), "error": traj.error}
 
     async def run(self, tasks: list[Task], policies: list[str], preferences: dict[str, dict[str, float] | None],
-                  seeds: list[int], pref_policies: tuple[str, ...] = ("orchestrator",),
+                  seeds: list[int], pref_policies: tuple[str, ...] | None = None,
                   on_episode: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-        """All episodes; policies in `pref_policies` run under every preference, the others under the first
-        one only (a fixed router ignores P, so its other rows would repeat it). Returns all records."""
+        """All episodes; policies in `pref_policies` (default: the orchestrator and the routers) run under every
+        preference, the others under the first one only (a fixed router ignores P, so its other rows would repeat
+        it). Returns all records."""
+        if pref_policies is None:
+            pref_policies = ("orchestrator", *self.routers)
         done = load_done(self.results_path)
         first = next(iter(preferences))
         jobs = [(p, name, pref, s, t) for p in policies

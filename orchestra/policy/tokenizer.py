@@ -146,7 +146,7 @@ def corpus_text() -> str:
                 f"tool:{rng.choice(tiers)}": round(rng.uniform(-1, 1), 2)}
         call = {"name": "search", "arguments": {"model": rng.choice(tiers), "query": problem}}
         messages = [{"role": "system", "content": DEFAULT_SYSTEM},
-                    {"role": "user", "content": f"Problem: {problem}\n\n{preference_text(pref)}"},
+                    {"role": "user", "content": f"Problem: {problem}\n\n{preference_text(pref, i % 2 == 1)}"},
                     {"role": "assistant", "content": f"<think>{problems[i + 1]}</think>\n<tool_call>"
                                                      f"{json.dumps(call)}</tool_call>"},
                     {"role": "tool", "content": problems[i + 2]}]

@@ -55,7 +55,8 @@ def score_kwargs(cfg: Any, kind: str) -> dict[str, Any]:
     if kind == "eval":
         return {**common, "rubric": "scalar"}
     return {**common, "rubric": r.rubric, "min_std": r.min_std, "clip": r.adv_clip,
-            "count_generation": r.count_generation_latency, "unanswered_penalty": r.unanswered_penalty}
+            "count_generation": r.count_generation_latency, "unanswered_penalty": r.unanswered_penalty,
+            "norm_adv_by_std": r.norm_adv_by_std}
 
 
 def episode_record(kind: str, step: int, request: dict[str, Any], sampling: dict[str, Any], traj: dict[str, Any],

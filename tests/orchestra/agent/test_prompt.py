@@ -53,6 +53,33 @@ def test_truncation_keeps_newest_within_budget():
 def test_preference_text_is_stated():
     assert "cost 0.5" in preference_text({"accuracy": 1.0, "cost": 0.5})
     assert "accuracy first" in preference_text({})
+    assert "Priorities" not in preference_text({"accuracy": 1.0, "cost": 0.5})  # words only when asked
+
+
+def test_preference_words_give_each_swept_cost_weight_its_own_word():
+    """The cost weights a user tries (0.05 .. 2 with accuracy 1) read differently; the presets' words differ;
+    tool likes and dislikes are named; weights are relative to accuracy's."""
+    from orchestra.agent.prompt import level, preference_words
+    from orchestra.preferences import PRESETS
+
+    words = [level(c, 1.0) for c in (0.05, 0.2, 0.5, 1.0, 2.0)]
+    assert words == ["minimal", "low", "medium", "high", "top"] and level(0.0, 1.0) == "none"
+    assert level(0.5, 0.5) == level(1.0, 1.0)  # the ratio counts, not the raw weight
+    assert preference_words(PRESETS["accuracy-first"]) == "Priorities: cost minimal, latency none."
+    assert preference_words(PRESETS["cost-first"]) == "Priorities: cost top, latency low."
+    assert preference_words({"accuracy": 1, "cost": 0.5, "tool:answer-1": -0.3, "tool:search-1": 0.2}) == (
+        "Priorities: cost medium, latency none, avoids answer-1, likes search-1.")
+    text = preference_text(PRESETS["balanced"], words=True)
+    assert text.startswith("Preference weights: accuracy 1, cost 0.5, latency 0.2.") and text.endswith(
+        "Priorities: cost medium, latency low.")
+
+
+def test_prompter_renders_the_words_when_configured():
+    task = make_task()
+    task.pref = {"accuracy": 1.0, "cost": 2.0}
+    plain = Prompter(TOK).reprompt_user(task, [], [], [])["content"]
+    worded = Prompter(TOK, preference_words=True).reprompt_user(task, [], [], [])["content"]
+    assert worded == plain + " Priorities: cost top, latency none." and "Priorities" not in plain
 
 
 def test_cached_system_prefix_gives_the_same_ids_as_one_piece():

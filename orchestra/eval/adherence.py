@@ -1,0 +1,52 @@
+"""Does a policy follow its user? Figures over a sweep of the cost weight, from evaluation records.
+
+The sweep holds accuracy at 1 and latency at 0 and sets the cost weight to each of `SWEEP` (cheap-is-irrelevant
+to cheap-is-everything). A policy that follows its preference spends less as the weight rises:
+- `adherence`: Spearman's rank correlation between the cost weight and the mean $ per episode, negated, so 1.0
+  means $ falls strictly along the sweep and 0 that the weight makes no difference (scipy.stats.spearmanr);
+- `match_strongest_cost_ratio`: among the sweep points at least as accurate as always-strongest, the lowest
+  mean $ ÷ always-strongest's (inf when no point is that accurate): what matching the frontier model costs.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import mean
+from typing import Any
+
+SWEEP = (0.05, 0.2, 0.5, 1.0, 2.0)
+PREFIX = "sweep:cost="
+
+
+def sweep_preferences(weights: tuple[float, ...] = SWEEP) -> dict[str, dict[str, float]]:
+    """Named preference vectors of the sweep (the names carry the weight: `sweep:cost=0.05`, ...)."""
+    return {f"{PREFIX}{w:g}": {"accuracy": 1.0, "cost": float(w), "latency": 0.0} for w in weights}
+
+
+def sweep_points(records: list[dict[str, Any]], policy: str) -> list[tuple[float, float, float]]:
+    """(cost weight, mean $, accuracy) per sweep point the policy ran, by rising weight."""
+    by_w: dict[float, list[dict[str, Any]]] = {}
+    for r in records:
+        if r["policy"] == policy and str(r["preference"]).startswith(PREFIX):
+            by_w.setdefault(float(r["preference"][len(PREFIX):]), []).append(r)
+    return [(w, mean(float(r["cost_usd"]) for r in rs), mean(float(r["correct"]) for r in rs))
+            for w, rs in sorted(by_w.items())]
+
+
+def adherence(points: list[tuple[float, float, float]]) -> float:
+    """−Spearman(cost weight, mean $); nan with fewer than three points or when $ never changes."""
+    from scipy.stats import spearmanr
+
+    if len(points) < 3 or len({round(c, 12) for _, c, _ in points}) < 2:
+        return float("nan")
+    rho = spearmanr([w for w, _, _ in points], [c for _, c, _ in points]).statistic
+    return -float(rho)
+
+
+def match_strongest_cost_ratio(points: list[tuple[float, float, float]], strongest_usd: float,
+                               strongest_accuracy: float) -> float:
+    """The lowest $ ÷ strongest's $ among sweep points at least as accurate as always-strongest (inf: none)."""
+    if strongest_usd <= 0:
+        return math.inf
+    ok = [c for _, c, acc in points if acc >= strongest_accuracy]
+    return min(ok) / strongest_usd if ok else math.inf
