@@ -10,8 +10,8 @@ becomes the warm-started policy (so KL anchors RL to it). Where the demonstratio
 - `expected_value` (orchestra/routing/): every plan is played once on `router.explore_tasks` training tasks
   (exploration), the estimator router is fitted on those outcomes and saved in `<run_dir>/router/` (a policy
   of its own for evaluation and serving), and each (explored task, preference vector) is demonstrated with the
-  plan a cross-fitted estimator rates best in expectation: the three cost-ordered presets plus
-  `sft.vectors_sampled` sampled vectors per task.
+  plan a cross-fitted estimator rates best in expectation, under each of `sft.vectors` (plus
+  `sft.vectors_sampled` sampled vectors per task).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from cluster.rollouts import paired_tasks
 from orchestra.data.demos import demo_samples, scripted_samples, sft_batches, sft_lr
 from orchestra.policy.models import load_tokenizer
 from orchestra.policy.tokenizer import eos_token_ids
-from orchestra.preferences import COST_ORDER
 from orchestra.types import Task
 from reward.score import score_episode
 
@@ -101,12 +100,14 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     EstimatorRouter(estimator, features, r.cost_scale, r.latency_scale, model_dir=c.zoo.retriever.model_dir
                     ).save(run_dir)
     expected = cross_fitted(X, ids, outcomes, plans, folds=rc.folds, seed=c.seed, C=rc.C, alpha=rc.alpha)
-    labels = teacher_labels(tasks, expected, plans, c.sft.vectors_sampled, c.seed, r.cost_scale, r.latency_scale)
+    labels = teacher_labels(tasks, expected, plans, c.sft.vectors_sampled, c.seed, r.cost_scale, r.latency_scale,
+                            fixed=c.sft.vectors)
     mix: dict[str, Counter] = {}
-    for i, lab in enumerate(labels):  # each task's labels: the presets in COST_ORDER, then the sampled vectors
-        k = i % (len(COST_ORDER) + c.sft.vectors_sampled)
-        if k < len(COST_ORDER):
-            mix.setdefault(COST_ORDER[k], Counter())[lab.plan.name] += 1
+    per_task = len(c.sft.vectors) + c.sft.vectors_sampled
+    for i, lab in enumerate(labels):  # each task's labels: the fixed vectors in order, then the sampled ones
+        k = i % per_task
+        if k < len(c.sft.vectors):
+            mix.setdefault(c.sft.vectors[k], Counter())[lab.plan.name] += 1
     for name, counts in mix.items():
         top = ", ".join(f"{p} {v / len(tasks):.0%}" for p, v in counts.most_common(3))
         console.print(f"  teacher, {name}: {top}")

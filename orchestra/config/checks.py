@@ -4,7 +4,7 @@ failure raises ConfigError naming the key, before any actor starts."""
 from __future__ import annotations
 
 from orchestra.config.schema import ConfigError, ExperimentConfig, MCPServerConfig
-from orchestra.preferences import PRESETS
+from orchestra.preferences import PRESETS, parse_preference
 
 
 def validate(cfg: ExperimentConfig) -> None:
@@ -49,6 +49,13 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.sft.teacher == "random" or cfg.sft.candidates == 1, "sft.candidates",
          "best-of-k applies to random demonstrations only (sft.teacher=random)")
     need(cfg.sft.vectors_sampled >= 0, "sft.vectors_sampled", "must be >= 0")
+    need(cfg.sft.teacher != "expected_value" or bool(cfg.sft.vectors) or cfg.sft.vectors_sampled > 0, "sft.vectors",
+         "the expected-value teacher needs at least one vector (sft.vectors or sft.vectors_sampled)")
+    for spec in cfg.sft.vectors:
+        try:
+            parse_preference(spec)
+        except ValueError as e:
+            raise ConfigError(f"sft.vectors: {e}") from None
     need(cfg.router.explore_tasks >= 0, "router.explore_tasks", "must be >= 0 (0: every training task)")
     need(cfg.router.C > 0 and cfg.router.alpha > 0, "router.C", "router.C and router.alpha must be > 0")
     need(cfg.router.folds >= 2, "router.folds", "cross-fitting needs at least 2 folds")
@@ -67,8 +74,6 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.tau2.task_version in ("v0.2.0", "current"), "tau2.task_version",
          f"must be v0.2.0 or current, got {cfg.tau2.task_version!r}")
     if cfg.data.preference != "sampled":
-        from orchestra.preferences import parse_preference
-
         try:
             for part in cfg.data.preference.split("|"):
                 parse_preference(part)

@@ -292,7 +292,10 @@ class SFTConfig:
     # expected_value: each (training task, preference vector) demonstrates the route the estimator router rates
     # best in expectation (orchestra/routing/teacher.py), fitted on exploration episodes (`router.*`)
     teacher: str = "random"
-    vectors_sampled: int = 3  # expected_value: sampled vectors per task beyond the three cost-ordered presets
+    # expected_value: the vectors every explored task is labelled under (preset names or `accuracy=1,cost=0.2`
+    # weight specs), plus `vectors_sampled` draws of the training sampler per task
+    vectors: list[str] = field(default_factory=lambda: ["accuracy-first", "balanced", "cost-first"])
+    vectors_sampled: int = 0
 
 
 @dataclass

@@ -12,10 +12,8 @@ task and plan) are the data the estimator router is fitted on. On replay zoos th
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -70,25 +68,6 @@ class Outcome:
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> Outcome:
-        """From an evaluator record (orchestra.evaluate.Evaluator: `policy` is the plan's name)."""
+        """From an evaluator record (orchestra.eval.runner.Evaluator: `policy` is the plan's name)."""
         return cls(str(r["task_id"]), str(r["policy"]), bool(r["correct"]), float(r["cost_usd"]),
                    float(r["latency_s"]), int(r.get("seed", 0)))
-
-
-def save_outcomes(outcomes: list[Outcome], path: str | Path) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(asdict(o)) + "\n" for o in outcomes))
-    tmp.replace(p)
-
-
-def load_outcomes(path: str | Path) -> list[Outcome]:
-    out = []
-    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                out.append(Outcome(**json.loads(line)))
-            except (json.JSONDecodeError, TypeError) as e:
-                raise ValueError(f"{path}:{i}: not an outcome row ({e})") from None
-    return out

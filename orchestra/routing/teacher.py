@@ -9,8 +9,10 @@ a route given what the prompt shows. So each (task, vector) is labelled with the
 Cross-fitting keeps the labels honest: the tasks are cut into `folds`; each fold is labelled by an estimator
 fitted on the other folds only, so no label comes from a model that saw that task's own outcomes.
 One exploration serves every vector: labels for any number of vectors cost only arithmetic.
-Vectors per task: the cost-ordered presets plus `sampled` draws of the training sampler
-(orchestra/preferences.py), seeded by the task id.
+Vectors per task: a fixed list (presets or weight specs, e.g. the cost-ordered presets and a ladder of cost
+weights) plus `sampled` draws of the training sampler (orchestra/preferences.py), seeded by the task id. A few
+fixed vectors, each seen on every task, teach a 1M-parameter policy to read its preference; continuous sampled
+vectors alone were measured not to (README "Quality").
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from orchestra.preferences import COST_ORDER, preset, sample_preference
+from orchestra.preferences import COST_ORDER, parse_preference, sample_preference
 from orchestra.routing.estimator import Expected, RouteEstimator, expected_reward
 from orchestra.routing.plans import Outcome, Plan
 from orchestra.types import Preference, Task
@@ -35,11 +37,12 @@ class Label:
     margin: float  # how much better than the runner-up plan (0: a tie)
 
 
-def label_vectors(task: Task, sampled: int, seed: int, presets: Sequence[str] = COST_ORDER) -> list[Preference]:
-    """The vectors a task is labelled under: the presets, then `sampled` draws seeded by (seed, task id)."""
+def label_vectors(task: Task, sampled: int, seed: int, fixed: Sequence[str] = COST_ORDER) -> list[Preference]:
+    """The vectors a task is labelled under: the fixed ones (preset names or `accuracy=1,cost=0.2` specs), then
+    `sampled` draws seeded by (seed, task id)."""
     rng = random.Random(f"teacher:{seed}:{task.id}")
     tool_ids = sorted(task.model_mapping)
-    return [preset(p) for p in presets] + [sample_preference(rng, tool_ids) for _ in range(sampled)]
+    return [parse_preference(p) for p in fixed] + [sample_preference(rng, tool_ids) for _ in range(sampled)]
 
 
 def cross_fitted(X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome], plans: Sequence[Plan],
@@ -64,12 +67,12 @@ def cross_fitted(X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outc
 
 
 def teacher_labels(tasks: Sequence[Task], exp: Expected, plans: Sequence[Plan], sampled: int, seed: int,
-                   cost_scale: float, latency_scale: float) -> list[Label]:
+                   cost_scale: float, latency_scale: float, fixed: Sequence[str] = COST_ORDER) -> list[Label]:
     """One label per (task, vector): the plan of highest expected reward (ties: the earlier plan)."""
     out = []
     for i, task in enumerate(tasks):
         row = Expected(exp.p_correct[i:i + 1], exp.cost_usd[i:i + 1], exp.latency_s[i:i + 1])
-        for pref in label_vectors(task, sampled, seed):
+        for pref in label_vectors(task, sampled, seed, fixed):
             ev = expected_reward(row, plans, pref, cost_scale, latency_scale)[0]
             best = int(np.argmax(ev))
             runner_up = float(np.max(np.delete(ev, best))) if len(ev) > 1 else float(ev[best])

@@ -20,7 +20,10 @@ from orchestra.rundir.tracking import read_metrics
 SMALL = ["zoo.tools=[enhance_reasoning,answer]", "cluster.torch_threads=1", "data.n_train=8", "data.n_heldout=4", "algo.group_size=2", "algo.prompts_per_step=2", "sft.steps=2",
          "sft.demos=8", "sft.batch_size=8", "eval.n_tasks=4", "eval.seeds=1", "sampling.max_tokens=40", "agent.max_turns=2",
          "checkpoint.every_steps=1", "checkpoint.keep=3", "log.tensorboard=false", "log.plots=false",
-         "cluster.rollout_worker_cpus=0.5", "cluster.learner_cpus=0.5"]
+         "cluster.rollout_worker_cpus=0.5", "cluster.learner_cpus=0.5",
+         # the driver's mechanics, not cpu_tiny's recipe: random demonstrations, one vector, one held-out preset
+         "sft.teacher=random", "data.preference_pairs=", "eval.presets=[]", "reward.norm_adv_by_std=true",
+         "algo.balance_prefs=false"]
 
 
 def small_cfg(tmp_path, *extra):
@@ -72,6 +75,44 @@ def test_two_steps_then_resume_after_kill_with_same_task_order(ray_cluster, tmp_
         check_faults(resumed)  # the same actors (one start-up is most of this test's time)
     finally:
         resumed.close()
+
+
+def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
+    """cpu_tiny's recipe at toy size through the real actors: exploration plays every plan on every explored task,
+    the estimator router is saved in the run dir, the teacher's demonstrations differ by preset, held-out tasks
+    are scored under the three presets (gain, spread, monotone, the router beside), and the run's RESULT lines
+    name them."""
+    from cluster.train import result_lines
+    from orchestra.routing.router import has_router
+
+    cfg = small_cfg(tmp_path, "sft.teacher=expected_value", "data.n_train=12", "router.explore_tasks=10",
+                    "router.folds=2", "sft.vectors_sampled=1", "eval.presets=[accuracy-first,balanced,cost-first]",
+                    "eval.n_tasks=2", "algo.steps=1", "data.preference_pairs=accuracy-first|cost-first",
+                    "algo.balance_prefs=true", "reward.norm_adv_by_std=false")
+    trainer = Trainer(cfg)
+    try:
+        summary = trainer.fit()
+    finally:
+        trainer.close()
+    run = tmp_path / "run"
+    assert has_router(run)
+    rows = [json.loads(line) for line in (run / "router" / "explore.jsonl").read_text().splitlines()]
+    plans = {r["policy"] for r in rows}  # zoo.tools=[enhance_reasoning, answer]: answer alone or after a reasoner
+    assert len(plans) >= 4 and any("+" in p for p in plans)
+    assert len({(r["task_id"], r["policy"]) for r in rows}) == len(rows) == 10 * len(plans)
+    assert summary["explore_episodes"] == len(rows)
+    assert summary["teacher_labels"] == 10 * (3 + 1)
+    mix = summary["teacher_mix"]
+    assert set(mix) == {"accuracy-first", "balanced", "cost-first"} and mix["accuracy-first"] != mix["cost-first"]
+    rl = summary["after_rl"]
+    assert set(rl["by_pref"]) == {"accuracy-first", "balanced", "cost-first"} and rl["episodes"] == 3 * 2
+    assert abs(rl["score"] - sum(v["score"] for v in rl["by_pref"].values()) / 3) < 1e-9
+    assert "heldout_pref_spread" in summary and summary["heldout_monotone"] in (0.0, 1.0)
+    assert set(summary["router"]["by_pref"]) == set(rl["by_pref"]) and "heldout_vs_estimator" in summary
+    lines = result_lines(summary)
+    assert [line.split("=")[0] for line in lines] == [
+        "RESULT heldout_reward_gain", "RESULT heldout_pref_spread", "RESULT heldout_monotone",
+        "RESULT heldout_format_ok", "RESULT heldout_vs_estimator", "RESULT train_wall_s"]
 
 
 def test_local_backend_refuses_vllm_rollouts_by_name(tmp_path):

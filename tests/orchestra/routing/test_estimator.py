@@ -117,6 +117,7 @@ def test_label_vectors_are_presets_then_seeded_draws():
     t = toy(2)[0][0]
     a, b = label_vectors(t, sampled=3, seed=1), label_vectors(t, sampled=3, seed=1)
     assert a == b and len(a) == 6 and a[0] == preset("accuracy-first") and a[2] == preset("cost-first")
+    assert label_vectors(t, sampled=0, seed=1, fixed=["accuracy=1,cost=0.2"]) == [{"accuracy": 1.0, "cost": 0.2}]
 
 
 def test_enumerate_plans_covers_one_and_two_call_routes():
