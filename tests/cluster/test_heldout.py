@@ -1,0 +1,66 @@
+"""Held-out evaluation under several presets (cluster/heldout.py): one request per (preset, seed, task) with the
+same sampling seed across presets, each episode scored under its own preset, per-preset summaries whose mean is
+the score, and the spread / monotone figures."""
+
+from __future__ import annotations
+
+from actors.rollout_worker import EpisodeResult
+from cluster import heldout
+from orchestra.config import load_config
+from orchestra.preferences import COST_ORDER, preset
+from orchestra.types import Task, ToolCall, ToolRecord, ToolResult, Trajectory, Turn
+
+
+def _task(i: int) -> Task:
+    return Task(id=f"t{i}", problem=f"{i}+{i}?", answer=str(2 * i), data_source="synthetic/arith",
+                meta={"family": "arith"}, pref=preset("balanced"))
+
+
+def _played(uid: str, task: Task, cost: float, right: bool) -> EpisodeResult:
+    answer = task.answer if right else "wrong"
+    call = ToolCall("answer", {"model": "answer-1"})
+    turn = Turn(prompt_ids=[1], response_ids=[2], logprobs=[0.0], tool_calls=[call], format_ok=True)
+    record = ToolRecord(turn=0, name="answer", tool_id="answer-1", arguments={"model": "answer-1"},
+                        result=ToolResult(text=answer, cost_usd=cost, latency_s=1.0, answer=answer))
+    traj = Trajectory(task_id=task.id, uid=uid, episode_id=uid, turns=[turn], termination="answered",
+                      answer=answer, tool_counts={"answer-1": 1}, tool_records=[record])
+    return EpisodeResult(traj, task.id, uid)
+
+
+def test_requests_cover_every_preset_with_common_random_numbers():
+    tasks = [_task(i) for i in range(3)]
+    reqs = heldout.requests(tasks, seed=0, seeds=2, tag="sft", prefs=list(COST_ORDER))
+    assert len(reqs) == 3 * 2 * 3 and len({r["uid"] for r in reqs}) == len(reqs)
+    by = {(r["task"]["id"], r["uid"].split("-t")[0]): r for r in reqs}
+    assert by[("t1", "eval-sft-accuracy-first")]["task"]["pref"] == preset("accuracy-first")
+    seeds = {r["task"]["id"]: set() for r in reqs}
+    for r in reqs:
+        seeds[r["task"]["id"]].add(r["seed"])
+    assert all(len(s) == 2 for s in seeds.values())  # the same two seeds under every preset
+    plain = heldout.requests(tasks, seed=0, seeds=1, tag="sft")  # one preset: the old ids, the task's own P
+    assert [r["uid"] for r in plain] == ["eval-sft-t0-0", "eval-sft-t1-0", "eval-sft-t2-0"]
+    assert plain[0]["task"]["pref"] == preset("balanced")
+
+
+def test_summary_per_preset_its_mean_and_the_adherence_figures():
+    cfg = load_config(["eval.presets=[accuracy-first,balanced,cost-first]"])
+    tasks = [_task(i) for i in range(2)]
+    reqs = heldout.requests(tasks, seed=0, seeds=1, tag="final", prefs=heldout.presets(cfg))
+    spend = {"accuracy-first": 0.004, "balanced": 0.002, "cost-first": 0.001}  # $ falls as the weight rises
+    results = []
+    for r in reqs:
+        name = next(p for p in COST_ORDER if r["task"]["pref"] == preset(p))
+        results.append(_played(r["uid"], Task.from_dict(r["task"]), spend[name], right=r["task"]["id"] == "t0"))
+    scored = heldout.score(results, reqs, cfg)
+    out = heldout.summary(results, scored, tasks, reqs, heldout.presets(cfg))
+    assert set(out["by_pref"]) == set(COST_ORDER) and out["episodes"] == 6
+    for name in COST_ORDER:
+        assert abs(out["by_pref"][name]["cost_usd"] - spend[name]) < 1e-12
+        assert out["by_pref"][name]["accuracy"] == 0.5
+    assert abs(out["score"] - sum(v["score"] for v in out["by_pref"].values()) / 3) < 1e-12
+    # each episode was scored under its own preset: the same $ costs cost-first more than accuracy-first
+    assert out["by_pref"]["accuracy-first"]["score"] > out["by_pref"]["cost-first"]["score"]
+    assert out["monotone"] == 1.0 and abs(out["pref_spread"] - 4.0) < 1e-9
+    flat = heldout.adherence({p: {"cost_usd": 0.002} for p in COST_ORDER})
+    assert flat == {"pref_spread": 1.0, "monotone": 0.0}
+    assert heldout.adherence({"balanced": {"cost_usd": 0.002}}) == {}
