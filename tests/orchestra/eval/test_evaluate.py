@@ -155,7 +155,7 @@ def test_tiny_run_report_and_resume(sim_setup, tmp_path):
 def test_plot_training(tmp_path):
     path = tmp_path / "metrics.jsonl"
     rows = [{"step": s, "kind": "train", "reward": 0.1 * s, "accuracy": 0.5, "cost_usd": 0.01,
-             "reward_actor": {"tool_mix": {"answer-1": 0.5, "answer-2": 0.5}}} for s in range(1, 4)]
+             "reward_actor": {"tool_mix": {"answer-1": 0.5, "answer-2": 0.4, "146-2": 0.1}}} for s in range(1, 4)]
     rows.append({"step": 3, "kind": "eval", "heldout": {"score": 0.3, "accuracy": 0.6, "cost_usd": 0.02}})
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n{torn")
     written = plot_training(path, tmp_path / "plots")
