@@ -63,7 +63,7 @@ def test_frontier_and_quality_figures():
     assert q["on_frontier"] == 1.0 and q["monotone"] == 1.0 and math.isclose(q["pref_spread"], 5.0)
     idle = [r if r["policy"] != "orchestrator" else {**r, "accuracy": 0.0, "cost_cents": 0.0} for r in rows]
     assert quality_figures(idle) == {"acc_gap": 90.0, "cost_ratio": 0.0, "on_frontier": 0.0, "monotone": 0.0,
-                                     "pref_spread": 0.0}
+                                     "pref_spread": 0.0, "acc_first_gap": 90.0}
     # the same $ under two presets is not a fall: monotone is strict
     flat = [r if r["preference"] != "balanced" or r["policy"] != "orchestrator" else {**r, "cost_cents": 3.0}
             for r in rows]
