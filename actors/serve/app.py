@@ -114,7 +114,9 @@ class OrchestraService:
     def _summary(self, plan: Plan, traj: Trajectory, wall_s: float) -> dict[str, Any]:
         return {"cost_usd": traj.cost_usd, "latency_s": traj.latency_s, "wall_s": round(wall_s, 6),
                 "termination": traj.termination, "turns": len(traj.turns), "budget": plan.budget,
-                "preference": plan.pref, "trace": api.trace_of(traj, plan.task.model_mapping)}
+                "preference": plan.pref, "trace": api.trace_of(traj, plan.task.model_mapping),
+                # who chose the route: the served model, or the run's estimator router (policy=estimator)
+                "policy": "model" if self.router is None else "estimator"}
 
     @staticmethod
     def _check(traj: Trajectory) -> None:
