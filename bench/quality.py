@@ -52,6 +52,7 @@ def figures(experiment: str, run_dir: Path, n: int, seeds: int, train: bool) -> 
     from cluster.evaluate import build
     from orchestra.config import load_config
     from orchestra.eval.report import write_report
+    from orchestra.eval.tool_bands import catalogue_ids
 
     if not has_checkpoint(run_dir):
         if not train:
@@ -66,7 +67,8 @@ def figures(experiment: str, run_dir: Path, n: int, seeds: int, train: bool) -> 
            "out": str(run_dir / "quality")}
     ev, tasks, policies, prefs, seed_list, out = build(cfg, own)
     records = asyncio.run(ev.run(tasks, policies, prefs, seed_list))
-    report = write_report(records, out, meta={"experiment": experiment, "seeds": seed_list, "n_tasks": len(tasks)})
+    report = write_report(records, out, meta={"experiment": experiment, "seeds": seed_list, "n_tasks": len(tasks)},
+                          catalogue=catalogue_ids(tasks, cfg.zoo.tiers))
     print((out / "report.md").read_text(), flush=True)
     quality = dict(report.get("quality") or {})
     quality.update(sweep(ev, tasks, policies, seed_list, report))

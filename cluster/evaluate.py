@@ -319,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from orchestra.config import load_config
     from orchestra.eval.report import write_report
+    from orchestra.eval.tool_bands import catalogue_ids
 
     own, overrides = split_args(list(sys.argv[1:] if argv is None else argv))
     cfg = load_config(overrides)
@@ -355,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(failed)
     meta = {"seeds": seeds, "policies": policies, "preferences": prefs, "n_tasks": len(tasks),
             "overrides": overrides, **{k: v for k, v in own.items()}}
-    report = write_report(records, out, meta=meta, plots=cfg.log.plots)
+    report = write_report(records, out, meta=meta, plots=cfg.log.plots,
+                          catalogue=catalogue_ids(tasks, cfg.zoo.tiers))
     console.print((out / "report.md").read_text())
     if "quality" in report:
         console.print(f"quality: {report['quality']}")

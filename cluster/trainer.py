@@ -291,8 +291,10 @@ class Trainer:
         if self.cfg.log.plots and self.tracker is not None:
             try:
                 from orchestra.eval.plots import plot_training
+                from orchestra.eval.tool_bands import catalogue_ids
 
-                plot_training(self.tracker.path, self.dir / "plots")
+                plot_training(self.tracker.path, self.dir / "plots",
+                              catalogue_ids(self.train + self.heldout, task_tiers(self.cfg)))
             except Exception as e:  # plots are a convenience; never lose a finished run over them
                 self.console.print(f"[yellow]plots skipped: {e}[/]")
         for tag in ("after_sft", "after_rl"):

@@ -6,11 +6,14 @@ other name, attribute, subscript, keyword, lambda, string or comprehension is re
 Then sympy parses it unevaluated (decimals become exact rationals) and it is evaluated bottom-up with size
 guards (huge powers or factorials are refused instead of eating the machine). The answer is the exact value
 (e.g. 7/3, sqrt(2)) plus a decimal rendering. Free tool: cost 0.
+`arithmetic_in(question)` finds the one arithmetic expression a plain-arithmetic question asks about, through the
+same checks (the simulated coder of tools/experts/sim.py writes it as a program for served questions).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import time
 from typing import Any
 
@@ -148,7 +151,7 @@ def evaluate(expression: str) -> tuple[str, str]:
         raise CalculatorError("expression must be a non-empty string")
     if len(expression) > MAX_CHARS:
         raise CalculatorError(f"expression longer than {MAX_CHARS} characters")
-    text = expression.strip().replace("^", "**").replace("×", "*").replace("÷", "/").replace("−", "-")
+    text = _python_syntax(expression)
     _check_ast(text)
     import sympy
 
@@ -162,6 +165,34 @@ def evaluate(expression: str) -> tuple[str, str]:
     if value.has(sympy.zoo, sympy.nan) or value.free_symbols:
         raise CalculatorError("undefined result")
     return str(value), _render_decimal(decimal)
+
+
+def _python_syntax(expression: str) -> str:
+    return expression.strip().replace("^", "**").replace("×", "*").replace("÷", "/").replace("−", "-")
+
+
+# a run of characters an arithmetic expression without names can hold (numbers, operators, parentheses, spaces)
+_ARITHMETIC_RUN = re.compile(r"[0-9.\s+\-*/^()×÷−%]+")
+
+
+def arithmetic_in(question: str) -> str | None:
+    """The arithmetic expression a plain-arithmetic question asks about, in Python syntax ("What is 17 * 23?" ->
+    "17 * 23"), or None. Plain arithmetic means: exactly one run of number-and-operator characters holds digits
+    (so "What is 2 + 2 in 3 words?" is not), it has at least one binary operation, and this calculator accepts
+    and evaluates it (size guards included), so running it as a program is safe and gives the same value."""
+    runs = [m.group().strip().rstrip(".").strip() for m in _ARITHMETIC_RUN.finditer(question or "")]
+    runs = [r for r in runs if re.search(r"[0-9]", r)]
+    if len(runs) != 1 or len(runs[0]) > MAX_CHARS:
+        return None
+    text = _python_syntax(runs[0])
+    try:
+        tree = ast.parse(text, mode="eval")
+        if not any(isinstance(node, ast.BinOp) for node in ast.walk(tree)):
+            return None  # a lone number: nothing to compute
+        evaluate(text)
+    except (SyntaxError, CalculatorError):
+        return None
+    return text
 
 
 def _render_decimal(value) -> str:

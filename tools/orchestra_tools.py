@@ -203,7 +203,7 @@ class TieredExpertTool:
                     tokens_out=reply.tokens_out)
         meta = {"model": expert.name, "tier": tier,
                 # not "retryable": the expert already retried; a second layer of retries would multiply them
-                **{k: v for k, v in reply.meta.items() if k in ("simulated", "estimated", "replay")}}
+                **{k: v for k, v in reply.meta.items() if k in ("simulated", "estimated", "replay", "answer_from")}}
         if not reply.ok:
             return ToolResult.failure(f"{self.name}: {reply.error}", meta=meta, **base)
         return await self.finish(reply, ctx, base, meta)

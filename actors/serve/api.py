@@ -328,15 +328,25 @@ def sse(obj: dict[str, Any] | str) -> str:
 FINISH = {"answered": "stop", "max_turns": "length", "budget": "length", "error": "error"}
 
 
+TRACE_OUTPUT_CHARS = 500
+
+
 def trace_of(traj: Trajectory, tiers: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """The tool chain a client sees: one entry per call with its tier, expert, cost, latency, error and whether
-    the expert is simulated (a refused call names the expert its tier maps to)."""
+    """The tool chain a client sees: one entry per call with its tier, expert, cost, latency, error, whether
+    the expert is simulated (a refused call names the expert its tier maps to), the code the sandbox ran and
+    what it printed (enhance_reasoning; cut to TRACE_OUTPUT_CHARS), and where a simulated answer came from
+    (`answer_from`: code_output | document; tools/experts/sim.py), so a client can tell a real result from a
+    simulated one."""
     tiers = tiers or {}
-    return [{"turn": r.turn, "tool": r.name, "tier": r.tool_id,
-             "expert": r.result.meta.get("model") or tiers.get(r.tool_id),
-             "cost_usd": r.result.cost_usd, "latency_s": r.result.latency_s, "error": r.result.error,
-             "budget_refused": r.result.refused,
-             "simulated": bool(r.result.meta.get("simulated"))} for r in traj.tool_records]
+    out = []
+    for r in traj.tool_records:
+        res = r.result
+        output = None if res.code_output is None else str(res.code_output)[:TRACE_OUTPUT_CHARS]
+        out.append({"turn": r.turn, "tool": r.name, "tier": r.tool_id, "expert": res.meta.get("model") or
+                    tiers.get(r.tool_id), "cost_usd": res.cost_usd, "latency_s": res.latency_s, "error": res.error,
+                    "budget_refused": res.refused, "simulated": bool(res.meta.get("simulated")),
+                    "code": res.meta.get("code"), "output": output, "answer_from": res.meta.get("answer_from")})
+    return out
 
 
 def final_text(traj: Trajectory) -> str:

@@ -114,7 +114,9 @@ class OrchestraService:
     def _summary(self, plan: Plan, traj: Trajectory, wall_s: float) -> dict[str, Any]:
         return {"cost_usd": traj.cost_usd, "latency_s": traj.latency_s, "wall_s": round(wall_s, 6),
                 "termination": traj.termination, "turns": len(traj.turns), "budget": plan.budget,
-                "preference": plan.pref, "trace": api.trace_of(traj, plan.task.model_mapping)}
+                "preference": plan.pref, "trace": api.trace_of(traj, plan.task.model_mapping),
+                # who chose the route: the served model, or the run's estimator router (policy=estimator)
+                "policy": "model" if self.router is None else "estimator"}
 
     @staticmethod
     def _check(traj: Trajectory) -> None:
@@ -373,7 +375,7 @@ def resolve_checkpoint(path: str) -> str:
 def build_service(settings: ServeSettings) -> OrchestraService:
     """Production wiring: experiment config -> policy + engine + zoo tools (+ tool-server actors) -> service."""
     from orchestra.agent.prompt import Prompter
-    from orchestra.config import load_config
+    from orchestra.config import load_config, task_tiers
     from orchestra.policy.models import load_policy
     from orchestra.policy.tokenizer import eos_token_ids
 
@@ -402,7 +404,9 @@ def build_service(settings: ServeSettings) -> OrchestraService:
     prompter = Prompter(tok, **a.prompter_kwargs())
     loop = AgentLoop.from_config(a, engine, _tool_client(settings, cfg), prompter, eos_token_ids=eos)
     s = cfg.sampling
-    return OrchestraService(loop, list(cfg.zoo.tools), dict(cfg.zoo.tiers), model_id=settings.model_id,
+    # the tiers the policy was trained with (data.tiers when the experiment sets them, as cpu_tiny does): the
+    # zoo's full list would show it a catalogue it never saw and map its tier ids to other experts
+    return OrchestraService(loop, list(cfg.zoo.tools), task_tiers(cfg), model_id=settings.model_id,
                             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                             max_tokens_limit=settings.max_tokens_limit, router=router_engine(settings, tok, eos))
 

@@ -1,22 +1,36 @@
-"""PNG plots: the Pareto frontier (accuracy vs $), the tool-call mix per policy, and training curves.
+"""PNG plots: the Pareto frontier (accuracy vs $), the tool-call mix per policy, routing per preset, training curves.
 
 - `plot_pareto(rows, path)`: one point per baseline and one per preference preset for the orchestrator
   (rows from orchestra.eval.stats.summarize), 95% CI bars, and the fixed routers' frontier as a dashed line.
-- `plot_tool_mix(rows, path)`: stacked bars of the share of calls per tool id for each policy (as the
+- `plot_tool_mix(rows, path, catalogue)`: stacked bars of the share of calls per tier for each policy (as the
   ToolOrchestra paper's Figure 3).
-- `plot_training(metrics_jsonl_path, out_dir)`: reward, accuracy and $ over steps (train rows; held-out
-  eval rows as markers) and the rollout tool mix over steps, from orchestra.rundir.tracking's metrics.jsonl.
-matplotlib is imported lazily with the non-interactive Agg backend; nothing here computes statistics.
+- `plot_routing_by_preset(rows, path, catalogue)`: for each learned policy run under two or more presets, one
+  stacked bar per preset (None, and no file, when no policy was).
+- `plot_training(metrics_jsonl_path, out_dir, catalogue)`: reward, accuracy and $ over steps (train rows;
+  held-out eval rows as markers) and the rollout tool mix over steps, from orchestra.rundir.tracking's
+  metrics.jsonl.
+Every tool-mix chart draws the bands of orchestra/eval/tool_bands.py (tiers grouped by tool, ids outside the
+`catalogue` of valid tool ids pooled as one grey "invalid" band): one colour map per tool, one shade per tier,
+so no two bands share a colour. Legends sit outside the axes and files are saved with a tight bounding box,
+so no entry is cut off. matplotlib is imported lazily with the non-interactive Agg backend; nothing here
+computes statistics.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from orchestra.eval.baselines import BASELINES, FIXED_ROUTERS
 from orchestra.eval.stats import frontier
+from orchestra.eval.tool_bands import INVALID, Band, band_shares, tool_bands
 from orchestra.rundir.tracking import read_metrics
+
+# one sequential colour map per tiered tool (its tiers are shades of it); tools without tiers take the others
+TOOL_CMAPS = {"search": "Blues", "enhance_reasoning": "Greens", "answer": "Oranges"}
+OTHER_CMAPS = ("Purples", "Reds", "YlOrBr", "PuRd", "BuGn", "GnBu", "RdPu", "YlGn", "OrRd", "PuBu")
+INVALID_COLOUR = "#9e9e9e"  # neutral grey: no tool map uses it
 
 
 def _plt():
@@ -29,7 +43,53 @@ def _plt():
 
 
 def _label(r: dict[str, Any]) -> str:
-    return r["policy"] if r["policy"] != "orchestrator" else f"orchestrator ({r['preference']})"
+    # a baseline runs under one preset; a learned policy (orchestrator, estimator) under each: name it
+    return r["policy"] if r["policy"] in BASELINES else f"{r['policy']} ({r['preference']})"
+
+
+def band_colours(bands: list[Band]) -> list[Any]:
+    """One RGBA colour per band: the family's colour map at a shade per tier (darkest for tier 1), grey for
+    INVALID. Families beyond the colour maps reuse them at a lighter offset, so colours stay distinct."""
+    import matplotlib
+
+    others = [b.tool for b in bands if b.tool not in TOOL_CMAPS and b.tool != INVALID]
+    others = list(dict.fromkeys(others))
+    out = []
+    for b in bands:
+        if b.tool == INVALID:
+            out.append(matplotlib.colors.to_rgba(INVALID_COLOUR))
+            continue
+        if b.tool in TOOL_CMAPS:
+            name, offset = TOOL_CMAPS[b.tool], 0.0
+        else:
+            i = others.index(b.tool)
+            name, offset = OTHER_CMAPS[i % len(OTHER_CMAPS)], 0.12 * (i // len(OTHER_CMAPS))
+        level = 0.65 if b.shades == 1 else 0.95 - 0.6 * b.shade / (b.shades - 1)
+        out.append(matplotlib.colormaps[name](max(level - offset, 0.1)))
+    return out
+
+
+def _band_label(b: Band) -> str:
+    return f"invalid ({len(b.ids)} id{'s' * (len(b.ids) != 1)})" if b.tool == INVALID else b.label
+
+
+def _stacked_bars(ax: Any, labels: list[str], mixes: list[dict[str, float]], bands: list[Band],
+                  colours: list[Any]) -> None:
+    bottom = [0.0] * len(mixes)
+    shares = [band_shares(m, bands) for m in mixes]
+    for i, (band, colour) in enumerate(zip(bands, colours, strict=True)):
+        height = [s[i] for s in shares]
+        ax.bar(range(len(mixes)), height, bottom=bottom, label=_band_label(band), color=colour,
+               edgecolor="white", linewidth=0.4)
+        bottom = [b + h for b, h in zip(bottom, height, strict=True)]
+    ax.set_xticks(range(len(mixes)), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.0)
+
+
+def _outside_legend(ax: Any, title: str = "tool tier") -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, labels, fontsize=7, title=title, title_fontsize=8, bbox_to_anchor=(1.01, 1),
+              loc="upper left", ncols=1 + len(labels) // 25)
 
 
 def plot_pareto(rows: list[dict[str, Any]], path: str | Path) -> Path:
@@ -52,21 +112,50 @@ def plot_pareto(rows: list[dict[str, Any]], path: str | Path) -> Path:
     return _save(plt, fig, path)
 
 
-def plot_tool_mix(rows: list[dict[str, Any]], path: str | Path) -> Path:
+def tool_mix_figure(rows: list[dict[str, Any]], catalogue: Collection[str] | None = None) -> Any:
+    """The tool-mix bar chart as a matplotlib figure (plot_tool_mix saves it; tests read its legend)."""
     plt = _plt()
-    tools = sorted({k for r in rows for k in r.get("tool_mix", {})})
-    labels = [_label(r) for r in rows]
+    bands = tool_bands((k for r in rows for k in r.get("tool_mix", {})), catalogue)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows) + 2), 4.5))
-    bottom = [0.0] * len(rows)
-    cmap = plt.get_cmap("tab20")
-    for i, tool in enumerate(tools):
-        share = [r.get("tool_mix", {}).get(tool, 0.0) for r in rows]
-        ax.bar(range(len(rows)), share, bottom=bottom, label=tool, color=cmap(i % 20))
-        bottom = [b + s for b, s in zip(bottom, share, strict=True)]
-    ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=8)
+    _stacked_bars(ax, [_label(r) for r in rows], [r.get("tool_mix", {}) for r in rows], bands, band_colours(bands))
     ax.set_ylabel("share of tool calls")
     ax.set_title("Tool-call mix per policy")
-    ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    _outside_legend(ax)
+    return fig
+
+
+def plot_tool_mix(rows: list[dict[str, Any]], path: str | Path, catalogue: Collection[str] | None = None) -> Path:
+    return _save(_plt(), tool_mix_figure(rows, catalogue), path)
+
+
+def multi_preset(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The learned policies (not baselines) that ran under two or more presets, with their rows in order."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["policy"] not in BASELINES:
+            groups.setdefault(r["policy"], []).append(r)
+    return {p: rs for p, rs in groups.items() if len({r["preference"] for r in rs}) >= 2}
+
+
+def plot_routing_by_preset(rows: list[dict[str, Any]], path: str | Path,
+                           catalogue: Collection[str] | None = None) -> Path | None:
+    """routing_by_preset.png: per learned policy, the share of each tier under each preset; None (no file)
+    when no policy ran under two presets."""
+    groups = multi_preset(rows)
+    if not groups:
+        return None
+    plt = _plt()
+    bands = tool_bands((k for rs in groups.values() for r in rs for k in r.get("tool_mix", {})), catalogue)
+    colours = band_colours(bands)
+    width = max(3.0, 0.75 * max(len(rs) for rs in groups.values()) + 1.2)
+    fig, axes = plt.subplots(1, len(groups), figsize=(width * len(groups) + 1.5, 4.2), sharey=True, squeeze=False)
+    for ax, (policy, rs) in zip(axes[0], groups.items(), strict=True):
+        _stacked_bars(ax, [r["preference"] for r in rs], [r.get("tool_mix", {}) for r in rs], bands, colours)
+        ax.set_title(policy)
+        ax.set_xlabel("preset")
+    axes[0][0].set_ylabel("share of tool calls")
+    _outside_legend(axes[0][-1])
+    fig.suptitle("Routing under each preset")
     return _save(plt, fig, path)
 
 
@@ -74,7 +163,7 @@ def _save(plt: Any, fig: Any, path: str | Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # tight: a legend outside the axes is kept whole
     plt.close(fig)
     return path
 
@@ -88,7 +177,8 @@ def _tool_mix(row: dict[str, Any]) -> dict[str, float]:
     return {}
 
 
-def plot_training(metrics_jsonl_path: str | Path, out_dir: str | Path) -> list[Path]:
+def plot_training(metrics_jsonl_path: str | Path, out_dir: str | Path,
+                  catalogue: Collection[str] | None = None) -> list[Path]:
     """training.png (reward / accuracy / $ per step) and tool_mix_steps.png; returns the files written."""
     plt = _plt()
     rows = read_metrics(metrics_jsonl_path)
@@ -116,13 +206,14 @@ def plot_training(metrics_jsonl_path: str | Path, out_dir: str | Path) -> list[P
     mixes = [(r["step"], _tool_mix(r)) for r in train]
     mixes = [(s, m) for s, m in mixes if m]
     if mixes:
-        tools = sorted({k for _, m in mixes for k in m})
+        bands = tool_bands((k for _, m in mixes for k in m), catalogue)
+        shares = [band_shares(m, bands) for _, m in mixes]
         fig, ax = plt.subplots(figsize=(7, 4))
-        ax.stackplot([s for s, _ in mixes], [[m.get(t, 0.0) for _, m in mixes] for t in tools], labels=tools,
-                     colors=[plt.get_cmap("tab20")(i % 20) for i in range(len(tools))])
+        ax.stackplot([s for s, _ in mixes], [[s[i] for s in shares] for i in range(len(bands))],
+                     labels=[_band_label(b) for b in bands], colors=band_colours(bands))
         ax.set_xlabel("step")
         ax.set_ylabel("share of tool calls")
         ax.set_title("Tool mix over training")
-        ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+        _outside_legend(ax)
         written.append(_save(plt, fig, out / "tool_mix_steps.png"))
     return written

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,10 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def write_report(records: list[dict[str, Any]], out_dir: str | Path, meta: dict[str, Any] | None = None,
-                 plots: bool = True) -> dict[str, Any]:
-    """report.json (meta incl. seeds, rows, quality figures), report.md, and PNG plots; returns the report."""
+                 plots: bool = True, catalogue: Collection[str] | None = None) -> dict[str, Any]:
+    """report.json (meta incl. seeds, rows, quality figures), report.md, and PNG plots (routing_by_preset.png
+    when a learned policy ran under two or more presets); returns the report. `catalogue`: the valid tool ids
+    (orchestra.eval.tool_bands.catalogue_ids), the rest plotted as "invalid"."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = summarize(records)
@@ -70,7 +73,9 @@ def write_report(records: list[dict[str, Any]], out_dir: str | Path, meta: dict[
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "report.md").write_text(markdown_table(rows))
     if plots:
-        from orchestra.eval.plots import plot_pareto, plot_tool_mix
+        from orchestra.eval.plots import plot_pareto, plot_routing_by_preset, plot_tool_mix
 
-        report["plots"] = [str(plot_pareto(rows, out / "pareto.png")), str(plot_tool_mix(rows, out / "tool_mix.png"))]
+        written = [plot_pareto(rows, out / "pareto.png"), plot_tool_mix(rows, out / "tool_mix.png", catalogue),
+                   plot_routing_by_preset(rows, out / "routing_by_preset.png", catalogue)]
+        report["plots"] = [str(p) for p in written if p is not None]
     return report

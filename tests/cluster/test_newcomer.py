@@ -1,10 +1,11 @@
 """The newcomer path: `make eval` / `make serve` find the newest trained run, `make serve` never runs open and
-names a busy port, `make demo` prints the answer and the tool trace from a live endpoint, and each failure on the
-way is one line saying what to do."""
+names a busy port, `make demo` prints the routes of one question under two presets side by side (and where each
+answer came from) from a live endpoint, and each failure on the way is one line saying what to do."""
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import stat
 import threading
@@ -97,7 +98,10 @@ def test_serve_names_a_busy_port_and_makes_a_private_key(tmp_path, monkeypatch, 
 
 @pytest.fixture
 def live_app():
-    """The real FastAPI app (scripted policy, fake tools) under uvicorn on 127.0.0.1, with key `k`."""
+    """The real FastAPI app (scripted policy, fake tools) under uvicorn on 127.0.0.1, with key `k`. The policy reads
+    the cost weight in its prompt: under a low one it runs code first (a stand-in for enhance_reasoning: a simulated
+    coder's program and what the sandbox printed), then answers with what the code printed; under a high one it
+    answers at once."""
     import uvicorn
 
     from actors.serve.app import OrchestraService, create_api
@@ -108,13 +112,17 @@ def live_app():
     tok = ByteTokenizer()
 
     def policy(prompt: str) -> str:
-        return call_text("answer", model="answer-1") if "[Attempt" in prompt else call_text("search", model="search-1")
+        if float(re.search(r"cost (-?[\d.]+)", prompt).group(1)) >= 1 or "Code outputs:" in prompt:
+            return call_text("answer", model="answer-1")
+        return call_text("enhance_reasoning", model="reasoner-1")
 
-    tools = {"search": FakeTool("search", cost_usd=0.01, latency_s=0.5),
+    tools = {"enhance_reasoning": FakeTool("enhance_reasoning", cost_usd=0.01, latency_s=0.5, reply="Output: 391",
+                                           code_output="391\n", meta={"model": "coder", "simulated": True,
+                                                                       "code": "print(17 * 23)"}),
              "answer": FakeTool("answer", cost_usd=0.02, reply="391", answers=True)}
     loop = AgentLoop(ScriptedEngine(tok, policy), LocalToolClient(tools), Prompter(tok), eos_token_ids=[tok.eos_token_id])
-    app = create_api(OrchestraService(loop, ["search", "answer"], {"search-1": "gpt-5", "answer-1": "gpt-5"},
-                                      max_tokens=200), api_keys=["k"])
+    app = create_api(OrchestraService(loop, ["enhance_reasoning", "answer"],
+                                      {"reasoner-1": "coder", "answer-1": "gpt-5"}, max_tokens=200), api_keys=["k"])
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -129,16 +137,54 @@ def live_app():
     thread.join(timeout=10)
 
 
-def test_demo_prints_answer_trace_cost_and_seconds(live_app, monkeypatch, capsys):
+def test_demo_prints_two_routes_side_by_side(live_app, monkeypatch, capsys):
     from cluster.demo import main
 
     monkeypatch.setenv("ORCHESTRA_API_KEY", "k")
+    monkeypatch.setenv("COLUMNS", "160")
     assert main([f"url={live_app}", "question=What is 17 * 23?"]) == 0
     out = capsys.readouterr().out
-    assert "A: 391" in out and "search via search-1 (gpt-5): $0.010000, 0.50 s" in out
-    assert "answer via answer-1" in out and "$0.030000 of tools" in out and "answered after 2 turns" in out
+    lines = out.splitlines()
+    assert lines[0] == "Q: What is 17 * 23?" and "routed by the served model, greedily (temperature 0)" in lines[1]
+    header = next(ln for ln in lines if "accuracy-first" in ln)
+    assert header.index("accuracy-first") < header.index("cost-first")  # one column per preset
+    turn0 = lines.index(next(ln for ln in lines if ln.startswith("turn 0")))
+    assert lines[turn0].split() == ["turn", "0", "enhance_reasoning", "reasoner-1", "answer", "answer-1"]
+    assert lines[turn0 + 1].split() == ["coder", "(simulated)", "gpt-5"]
+    assert lines[turn0 + 2].split() == ["$0.010000,", "0.50", "s", "$0.020000,", "0.00", "s"]
+    assert lines[turn0 + 3].strip() == "ran print(17 * 23) -> 391"  # what the sandbox printed, in its column
+    answer = next(ln for ln in lines if ln.startswith("answer  "))
+    assert answer.split() == ["answer", "391", "391"]
+    total = lines.index(next(ln for ln in lines if ln.startswith("total")))
+    assert lines[total].split() == ["total", "answered", "after", "2", "turns", "answered", "after", "1", "turn"]
+    assert lines[total + 1].split() == ["$0.030000,", "0.50", "s", "of", "tools", "$0.020000,", "0.00", "s", "of",
+                                        "tools"]
+    assert ("routes differ: accuracy-first: enhance_reasoning/reasoner-1 -> answer/answer-1; "
+            "cost-first: answer/answer-1") in out
+    assert "answer (cost-first): from answered by gpt-5 (not simulated)" in out
+    assert "note: the embedded zoo's experts are simulated" in out  # the coder was
+    assert main([f"url={live_app}", "presets=cost-first,cost-first"]) == 0
+    assert "routes are the same under every preset: answer/answer-1" in capsys.readouterr().out
     monkeypatch.setenv("ORCHESTRA_API_KEY", "wrong")
     assert main([f"url={live_app}"]) == 1 and "refused the API key" in capsys.readouterr().err
+
+
+def test_demo_says_where_each_answer_came_from():
+    from cluster.demo import source
+
+    coder = {"turn": 0, "tool": "enhance_reasoning", "tier": "reasoner-1", "code": "print(17 * 23)", "simulated": True}
+
+    def answered(**call):
+        return {"termination": "answered",
+                "trace": [coder, {"turn": 1, "tool": "answer", "tier": "answer-4", "expert": "qwen2.5-math-7b",
+                                  "simulated": True, **call}]}
+
+    assert source(answered(answer_from="code_output")) == (
+        "the sandbox's output running `print(17 * 23)` (the code was written by a simulated expert), repeated by "
+        "the simulated qwen2.5-math-7b")
+    assert source(answered(answer_from="document")).startswith("a retrieved passage")
+    assert source(answered()) == "a simulated expert (qwen2.5-math-7b), which knows no answer to a served question"
+    assert source({"termination": "max_turns", "trace": [coder]}) == "no answer (max_turns)"
 
 
 def test_demo_without_a_server_or_key_says_what_to_do(tmp_path, monkeypatch, capsys):

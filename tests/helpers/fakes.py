@@ -100,13 +100,16 @@ def call_text(name: str, **arguments: Any) -> str:
 
 
 class FakeTool:
-    """A tool with fixed cost and latency. `answers=True` makes it end the episode with `reply`."""
+    """A tool with fixed cost and latency. `answers=True` makes it end the episode with `reply`; `code_output` and
+    `meta` are returned as given (a stand-in for enhance_reasoning's sandbox output, a simulated expert's labels)."""
 
     def __init__(self, name: str, cost_usd: float = 0.0, latency_s: float = 0.0, reply: str = "ok",
                  answers: bool = False, sleep: bool = False, documents: list[str] | None = None,
-                 parameters: dict[str, Any] | None = None, fail: bool = False):
+                 parameters: dict[str, Any] | None = None, fail: bool = False, code_output: str | None = None,
+                 meta: dict[str, Any] | None = None):
         self.name, self.cost, self.latency, self.reply = name, cost_usd, latency_s, reply
         self.answers, self.sleep, self.documents, self.fail = answers, sleep, documents, fail
+        self.code_output, self.meta = code_output, dict(meta or {})
         self.description = f"fake tool {name} (${cost_usd} per call, ~{latency_s}s)"
         self.parameters = parameters or {"type": "object", "properties": {"model": {"type": "string"},
                                                                           "query": {"type": "string"}}}
@@ -126,7 +129,8 @@ class FakeTool:
             raise RuntimeError("fake failure")
         return ToolResult(text=self.reply, cost_usd=self.cost, latency_s=self.latency, tokens_in=10,
                           tokens_out=5, answer=self.reply if self.answers else None,
-                          documents=list(self.documents) if self.documents else None)
+                          documents=list(self.documents) if self.documents else None, code_output=self.code_output,
+                          meta=dict(self.meta))
 
 
 def make_task(i: int = 0, **kw: Any) -> Task:

@@ -1,11 +1,12 @@
-"""Calculator: exact results, decimal rendering, and refusal of anything that is not arithmetic."""
+"""Calculator: exact results, decimal rendering, refusal of anything that is not arithmetic, and finding the
+arithmetic a plain-arithmetic question asks about."""
 
 from __future__ import annotations
 
 import pytest
 
 from orchestra.types import Task, ToolContext
-from tools.calculator import Calculator, CalculatorError, evaluate
+from tools.calculator import Calculator, CalculatorError, arithmetic_in, evaluate
 
 
 def _ctx() -> ToolContext:
@@ -63,3 +64,17 @@ async def test_tool_call_results():
     assert not (await tool.call({"expression": 5}, _ctx())).ok
     assert not (await tool.call({}, _ctx())).ok
     assert tool.schema()["function"]["name"] == "calculator"
+
+
+@pytest.mark.parametrize("question, expression", [
+    ("What is 17 * 23?", "17 * 23"),
+    ("What is 17 × 23?", "17 * 23"),  # the calculator's own spellings, written as Python
+    ("Compute (2 + 3)^2.", "(2 + 3)**2"),  # a full stop is not a decimal point
+    ("what is 3 - -2", "3 - -2"),
+    # not plain arithmetic: no operation, numbers outside the expression, dates, names, bombs
+    ("What is -5?", None), ("In 1990, who won?", None), ("What is 2 + 2 in 3 words?", None),
+    ("What is 15% of 80?", None), ("2024-01-05 + 1", None), ("Who wrote Hamlet?", None),
+    ("What is 9**9**9?", None), ("What is __import__('os') + 1?", None), ("", None),
+])
+def test_arithmetic_in_questions(question, expression):
+    assert arithmetic_in(question) == expression

@@ -12,6 +12,15 @@ fragment of it when the draw fails); for purpose="code" it writes Python (task.m
 snippet). Token counts come from the profile with deterministic jitter; latency is virtual (reported, not
 slept) unless sleep=True. Every reply carries meta["simulated"] = True. Reading the gold answer is what makes
 it a simulation; real experts (tools/experts/) see only the prompt.
+
+A served question (`make serve`) has no gold answer (task.answer == ""), so there is nothing to simulate being
+right about; code and answer replies then say what they really do instead of inventing one (`served_text`):
+the coder writes `print(<expression>)` when the question is plain arithmetic (found by the calculator's own
+checked parser, tools/calculator.arithmetic_in; never eval'ed here), which enhance_reasoning then runs for real
+in the sandbox, else a program that prints that it cannot derive the answer; the answerer repeats the latest
+tool output in its context (a code output before a retrieved passage: a computed result answers more directly)
+and says where it came from (meta["answer_from"]: "code_output" | "document"), else says plainly that it does
+not know. Those replies carry no sim_correct (no gold to be right about). Tasks with a gold answer are untouched.
 """
 
 from __future__ import annotations
@@ -103,6 +112,26 @@ class SimExpert(PricedExpert):
     def _jitter(self, value: float, *key: Any) -> float:
         return value * (1 + self.jitter * (2 * unit_draw(*key) - 1))
 
+    def served_text(self, purpose: str, ctx: ToolContext) -> tuple[str, str | None, str | None]:
+        """(text, answer, answer_from) for a question without a gold answer (see the module docstring)."""
+        if purpose == "code":
+            from tools.calculator import arithmetic_in  # sympy: loaded only when a served question needs it
+
+            expression = arithmetic_in(ctx.task.problem)
+            code = (f"print({expression})" if expression else
+                    "print('a simulated expert cannot derive this: the question is not plain arithmetic')")
+            return f"Simulated expert code (no gold answer to simulate):\n```python\n{code}\n```", None, None
+        outputs = [t for t in ctx.code_outputs if t.strip()]
+        docs = [t for t in ctx.documents if t.strip()]
+        if not outputs and not docs:
+            answer = "unknown (a simulated expert knows no answer to a served question, and no tool output was given)"
+            return f"(simulated {self.name}) {answer}", answer, None
+        source, output = ("code_output", outputs[-1]) if outputs else ("document", docs[-1])
+        lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+        answer = lines[-1][:300] if source == "code_output" else " ".join(output.split())[:300]
+        return (f"(simulated {self.name}) No gold answer to simulate: repeating the latest {source.replace('_', ' ')}."
+                f" The answer is \\boxed{{{answer}}}", answer, source)
+
     def _text(self, purpose: str, correct: bool, ctx: ToolContext, key: tuple) -> tuple[str, str | None]:
         task = ctx.task
         if purpose == "query":
@@ -131,7 +160,11 @@ class SimExpert(PricedExpert):
         key = (self.seed, ctx.task.id, self.name, ctx.attempt, purpose)
         p = self.p_correct(ctx)
         correct = unit_draw("correct", *key) < p
-        text, answer = self._text(purpose, correct, ctx, key)
+        served = not ctx.task.answer and purpose in ("code", "answer")
+        if served:
+            text, answer, answer_from = self.served_text(purpose, ctx)
+        else:
+            text, answer = self._text(purpose, correct, ctx, key)
         cap = int(max_tokens or self.max_tokens)
         t_out = min(cap, max(1, round(self._jitter(self.tokens_out, "tokens", *key))))
         t_in = estimate_tokens(messages)
@@ -139,6 +172,10 @@ class SimExpert(PricedExpert):
         if self.sleep:
             await asyncio.sleep(latency)
         meta = {"model": self.name, "simulated": True, "sim_correct": correct, "p_correct": p}
+        if served:
+            meta = {"model": self.name, "simulated": True, "served": True}
+            if answer_from:
+                meta["answer_from"] = answer_from
         if answer is not None:
             meta["answer"] = answer
         return ExpertReply(text, tokens_in=t_in, tokens_out=t_out, latency_s=latency,

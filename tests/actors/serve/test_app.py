@@ -145,6 +145,26 @@ def sse_events(text: str) -> list:
 
 
 # ---------------------------------------------------------------- the happy paths
+def test_production_builder_serves_the_tiers_the_policy_was_trained_with(monkeypatch):
+    """cpu_tiny trains on data.tiers (six of the zoo's twelve tiers, some mapped to other experts): a served
+    task's model_mapping must be those, or the policy meets a catalogue it never saw and its answer-4 reaches
+    another expert. The model is stubbed: this checks the wiring only."""
+    from types import SimpleNamespace
+
+    import orchestra.policy.models as models
+    from actors.serve.api import settings_from_dict
+    from actors.serve.app import build_service
+    from orchestra.config import load_config
+    from orchestra.engine.hf import HFEngine
+    from tests.helpers.fakes import ByteTokenizer
+
+    monkeypatch.setattr(models, "load_policy", lambda *a, **k: (SimpleNamespace(device="cpu"), ByteTokenizer()))
+    monkeypatch.setattr(HFEngine, "from_model", classmethod(lambda cls, *a, **k: None))
+    service = build_service(settings_from_dict({"checkpoint": "", "api_keys": [KEY]}))
+    cfg = load_config()
+    assert service.tiers == dict(cfg.data.tiers) and service.tiers["answer-4"] != cfg.zoo.tiers["answer-4"]
+
+
 def test_completion_runs_the_agent_loop(client):
     assert client.get("/healthz").json()["status"] == "ok"
     assert client.get("/v1/models", headers=AUTH).json()["data"][0]["id"] == "orchestra"

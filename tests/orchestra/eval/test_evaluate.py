@@ -63,7 +63,7 @@ def test_frontier_and_quality_figures():
     assert q["on_frontier"] == 1.0 and q["monotone"] == 1.0 and math.isclose(q["pref_spread"], 5.0)
     idle = [r if r["policy"] != "orchestrator" else {**r, "accuracy": 0.0, "cost_cents": 0.0} for r in rows]
     assert quality_figures(idle) == {"acc_gap": 90.0, "cost_ratio": 0.0, "on_frontier": 0.0, "monotone": 0.0,
-                                     "pref_spread": 0.0}
+                                     "pref_spread": 0.0, "acc_first_gap": 90.0}
     # the same $ under two presets is not a fall: monotone is strict
     flat = [r if r["preference"] != "balanced" or r["policy"] != "orchestrator" else {**r, "cost_cents": 3.0}
             for r in rows]
@@ -155,7 +155,7 @@ def test_tiny_run_report_and_resume(sim_setup, tmp_path):
 def test_plot_training(tmp_path):
     path = tmp_path / "metrics.jsonl"
     rows = [{"step": s, "kind": "train", "reward": 0.1 * s, "accuracy": 0.5, "cost_usd": 0.01,
-             "reward_actor": {"tool_mix": {"answer-1": 0.5, "answer-2": 0.5}}} for s in range(1, 4)]
+             "reward_actor": {"tool_mix": {"answer-1": 0.5, "answer-2": 0.4, "146-2": 0.1}}} for s in range(1, 4)]
     rows.append({"step": 3, "kind": "eval", "heldout": {"score": 0.3, "accuracy": 0.6, "cost_usd": 0.02}})
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n{torn")
     written = plot_training(path, tmp_path / "plots")
