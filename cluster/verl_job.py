@@ -125,8 +125,10 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         f"{ar}.rollout.agent.default_agent_loop=orchestra",
         f"{ar}.rollout.agent.agent_loop_config_path={stage}/agent_loop.yaml",
         f"{ar}.rollout.agent.num_workers={cfg.cluster.num_rollout_workers}",
-        # advantages: GRPO over the G sessions; never normalised twice (module docstring)
-        "algorithm.adv_estimator=grpo", f"algorithm.norm_adv_by_std_in_grpo={not group_reward}",
+        # advantages: GRPO over the G sessions; never normalised twice (module docstring); the scalar rubric's
+        # rewards divided by the group's std only when reward.norm_adv_by_std says so
+        "algorithm.adv_estimator=grpo",
+        f"algorithm.norm_adv_by_std_in_grpo={not group_reward and cfg.reward.norm_adv_by_std}",
         "algorithm.use_kl_in_reward=False",
         # TransferQueue on small nodes
         f"transfer_queue.backend.SimpleStorage.num_data_storage_units={v.storage_units}",

@@ -25,7 +25,8 @@ Reward, by rubric:
   verl re-centre it), and `algorithm.use_kl_in_reward=False` (KL is a loss term, so rm_scores stay untouched).
   Validation rows (extra_info.split != "train") use group size `val_kwargs.n` and report the rubric value R.
 - `scalar`: no reward_score here; verl's reward loop calls actors/verl_plugins/reward.compute_score (custom_reward_function)
-  and its GRPO normalises the scalar rewards (norm_adv_by_std_in_grpo=True), as the local backend does.
+  and its GRPO centres the scalar rewards per group, dividing by the group's std only with
+  reward.norm_adv_by_std=true (norm_adv_by_std_in_grpo), as the local backend does.
 Needs the V1 trainer (`trainer.use_v1=True`, set by the launcher): the legacy AgentLoopWorker takes one output per
 episode, not a list. If V1's staleness filter evicts some sessions of a group, verl's mean runs over the rest.
 Barrier liveness, checked in verl 0.9.1's source: in V1, AgentLoopWorkerTQ._run_prompt starts the n sessions of

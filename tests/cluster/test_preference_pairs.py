@@ -61,7 +61,7 @@ def test_paired_sft_plays_every_task_under_every_vector_whole_tasks_first():
     assert len(sampled) == 6 and sampled[0].pref != sampled[1].pref
     assert [t.pref for t in sampled] == [t.pref for t in paired_tasks(tasks, "sampled:3", seed=1)]
     with pytest.raises(ConfigError, match="sft.paired"):
-        load_config(["sft.paired=true"])
+        load_config(["sft.paired=true", "data.preference_pairs=''"])
 
 
 async def test_the_same_episodes_score_under_their_own_vector_against_their_own_group():

@@ -22,7 +22,7 @@ SMALL = ["zoo.tools=[enhance_reasoning,answer]", "cluster.torch_threads=1", "dat
          "checkpoint.every_steps=1", "checkpoint.keep=3", "log.tensorboard=false", "log.plots=false",
          "cluster.rollout_worker_cpus=0.5", "cluster.learner_cpus=0.5",
          # the driver's mechanics, not cpu_tiny's recipe: random demonstrations, one vector, one held-out preset
-         "sft.teacher=random", "data.preference_pairs=", "eval.presets=[]", "reward.norm_adv_by_std=true",
+         "sft.teacher=random", "data.preference_pairs=''", "eval.presets=[]", "reward.norm_adv_by_std=true",
          "algo.balance_prefs=false"]
 
 
@@ -86,7 +86,7 @@ def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
     from orchestra.routing.router import has_router
 
     cfg = small_cfg(tmp_path, "sft.teacher=expected_value", "data.n_train=12", "router.explore_tasks=10",
-                    "router.folds=2", "sft.vectors_sampled=1", "eval.presets=[accuracy-first,balanced,cost-first]",
+                    "router.folds=2", "sft.vectors=[accuracy-first,balanced,cost-first]", "sft.vectors_sampled=1", "eval.presets=[accuracy-first,balanced,cost-first]",
                     "eval.n_tasks=2", "algo.steps=1", "data.preference_pairs=accuracy-first|cost-first",
                     "algo.balance_prefs=true", "reward.norm_adv_by_std=false")
     trainer = Trainer(cfg)

@@ -65,7 +65,11 @@ def test_scalar_rubric_goes_through_verls_custom_reward_function():
     ov_cli = H100 + ["reward=scalar", "verl.trainer_mode=sync", "verl.nnodes=1"]
     cfg = load_config(ov_cli)
     c = compose(verl_overrides(cfg, ov_cli))
-    assert c.algorithm.norm_adv_by_std_in_grpo is True  # verl's GRPO normalises the scalar rewards
+    # the scalar rubric's rewards are mean-centred only (reward.norm_adv_by_std: false in conf/reward/scalar.yaml) ...
+    assert c.algorithm.norm_adv_by_std_in_grpo is False
+    # ... and divided by the group's std by verl's GRPO when asked
+    c = compose(verl_overrides(load_config(ov_cli + ["reward.norm_adv_by_std=true"]), ov_cli))
+    assert c.algorithm.norm_adv_by_std_in_grpo is True
     assert (c.trainer.nnodes, c.trainer.n_gpus_per_node, c.actor_rollout_ref.hybrid_engine) == (1, 8, True)
     fn = c.reward.custom_reward_function
     assert fn.path == "actors/verl_plugins/reward.py" and fn.name == "compute_score"
