@@ -198,6 +198,8 @@ def tau2_spec(cfg: Any, dataset: str) -> dict[str, Any]:
         spec["version"] = cfg.tau2.task_version
     if "path" not in spec and cfg.tau2.tasks_path:
         spec["path"] = cfg.tau2.tasks_path
+    if cfg.data.splits and dataset == cfg.data.source:  # the training run's held-out split of its own domain
+        spec["split"] = cfg.data.splits.split(",")[1].strip()
     return spec
 
 

@@ -294,6 +294,9 @@ class DataConfig:
     # under its own vector. Empty: off (one vector per task, from data.preference).
     preference_pairs: str = ""
     seed: int = 0
+    # A source's own named splits, `train,heldout` (e.g. `train,test`: a τ² domain's split file); empty: the
+    # source's tasks are split by seed into n_train / n_heldout. Each named split is cut to its n.
+    splits: str = ""
 
 
 @dataclass
