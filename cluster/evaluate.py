@@ -222,6 +222,8 @@ def tau2_spec(cfg: Any, dataset: str) -> dict[str, Any]:
         spec["version"] = cfg.tau2.task_version
     if "path" not in spec and cfg.tau2.tasks_path:
         spec["path"] = cfg.tau2.tasks_path
+    if cfg.data.splits and dataset == cfg.data.source:  # the training run's held-out split of its own domain
+        spec["split"] = cfg.data.splits.split(",")[1].strip()
     return spec
 
 
@@ -301,16 +303,21 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
 
 def newest_run(run_dir: str) -> tuple[Path, str | None] | None:
     """The run dir beside `run_dir` with the newest good checkpoint, and the experiment it was trained in
-    (what `make eval` / `make serve` use when no checkpoint is named)."""
+    (what `make eval` / `make serve` use when no checkpoint is named): its preset name when conf/ has that
+    preset, else the run's own saved config.yaml (a preset given as a path outside conf/ has no name to look up)."""
     import yaml
 
+    from orchestra.config.load import CONF_DIR
     from orchestra.rundir.checkpoint import latest_run
 
     run = latest_run(Path(run_dir).parent)
     if run is None:
         return None
     saved = run / "config.yaml"
-    return run, (yaml.safe_load(saved.read_text()) or {}).get("name") if saved.is_file() else None
+    if not saved.is_file():
+        return run, None
+    name = (yaml.safe_load(saved.read_text()) or {}).get("name")
+    return run, name if name and (CONF_DIR / "experiment" / f"{name}.yaml").is_file() else str(saved)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,10 @@ Judges (names used in `RewardConfig.judges`, a map data_source -> judge name wit
   math    math-verify equivalence (`\\boxed{}` extraction, `\\frac{1}{2}` == 0.5), exact-match shortcut first;
   choice  multiple-choice letters A..J pulled out of text such as "The answer is (C)";
   llm     an LLM grader behind any OpenAI-compatible endpoint (`LLMJudge`), after an exact-match shortcut;
-          empty answers and answers over 500 words are wrong without asking it.
+          empty answers and answers over 500 words are wrong without asking it;
+  recorded  replay zoos: the verdict recorded in the log for the model whose answer ended the episode (the
+          answer call's `recorded_correct`, tools/experts/replay.py); the answer string is not compared, so a
+          routing log needs no gold string the judges can match (cluster/routing_log.py presets use it).
 `judge(name, answer, gold, question="", **kw) -> Judgement`. A judge that fails (bad name, parser crash,
 endpoint down, unparseable verdict) returns `correct=False` with the reason; it never raises, so one bad
 episode can not stall a reward group. Gold may be one string or a list of accepted aliases.
@@ -261,7 +264,20 @@ async def _llm(answer, gold, question="", llm: LLMJudge | None = None, **_):
     return await llm(answer, gold, question)
 
 
-JUDGES: dict[str, JudgeFn] = {"exact": _exact, "f1": _f1, "math": _math, "choice": _choice, "llm": _llm}
+async def _recorded(answer, gold, question="", traj: Any = None, **_):
+    records = [r for r in (getattr(traj, "tool_records", None) or []) if r.result.answer is not None]
+    if not records:
+        return Judgement(False, 0.0, "recorded", "no answer call in the episode")
+    verdict = records[-1].result.meta.get("recorded_correct")
+    if not isinstance(verdict, bool):
+        return Judgement(False, 0.0, "recorded", f"the answer call ({records[-1].tool_id}) carries no recorded "
+                         "verdict: the `recorded` judge needs a replay zoo")
+    return Judgement(verdict, float(verdict), "recorded", f"{records[-1].tool_id} was recorded "
+                     f"{'right' if verdict else 'wrong'} on this question")
+
+
+JUDGES: dict[str, JudgeFn] = {"exact": _exact, "f1": _f1, "math": _math, "choice": _choice, "llm": _llm,
+                              "recorded": _recorded}
 
 
 def register_judge(name: str, fn: JudgeFn) -> None:

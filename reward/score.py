@@ -78,7 +78,8 @@ async def _judge_one(traj: Trajectory, task: Task, judges: dict[str, str], **kw:
     if found is not None:  # an integration's own verdict (no gold string), left on the trajectory by its runner
         return found[1].judge(traj)
     gold = [task.answer] + [str(a) for a in task.meta.get("answer_aliases", [])]
-    return await judge(judge_for(task.data_source, judges), traj.answer, gold, task.problem, **kw)
+    # the trajectory goes along for judges that read what its tools reported (`recorded`: replayed verdicts)
+    return await judge(judge_for(task.data_source, judges), traj.answer, gold, task.problem, traj=traj, **kw)
 
 
 async def score_group(trajs: Sequence[Trajectory], tasks: Task | Sequence[Task], *, rubric: str = "toolorchestra",

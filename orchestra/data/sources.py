@@ -28,11 +28,15 @@ Corpus = list[dict[str, str]]
 # (spec, data config, tier mapping) -> (tasks, held-out tasks when the source splits itself else None, corpus)
 TaskSource = Callable[[str, Any, dict[str, str] | None], tuple[list[Task], list[Task] | None, Corpus]]
 TASK_SOURCES: dict[str, TaskSource] = {}
+NAMED_SPLITS: set[str] = set()  # prefixes of the sources that read `data.splits` (their own split files)
 
 
-def register_task_source(prefix: str, load: TaskSource) -> None:
-    """`prefix`: a whole spec (`template`) or a prefix ending in `:` (`loader:`, `tau2:`)."""
+def register_task_source(prefix: str, load: TaskSource, named_splits: bool = False) -> None:
+    """`prefix`: a whole spec (`template`) or a prefix ending in `:` (`loader:`, `tau2:`); `named_splits`: the
+    source reads `data.splits` (any other source with it set is a config error)."""
     TASK_SOURCES[prefix] = load
+    if named_splits:
+        NAMED_SPLITS.add(prefix)
 
 
 def _template(spec: str, data_cfg: Any, tiers: dict[str, str] | None) -> tuple[list[Task], list[Task], Corpus]:
@@ -89,7 +93,11 @@ def split_tasks(tasks: list[Task], n_train: int, n_heldout: int, seed: int) -> t
 def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None) -> tuple[list[Task], list[Task], Corpus]:
     """(train, heldout, corpus) from DataConfig (source, n_train, n_heldout, families, seed, preference)."""
     source = str(data_cfg.source)
-    tasks, heldout, corpus = task_source(source)(source, data_cfg, tiers)
+    load = task_source(source)
+    if getattr(data_cfg, "splits", "") and not any(TASK_SOURCES.get(p) is load for p in NAMED_SPLITS):
+        raise ValueError(f"data.splits={data_cfg.splits!r}: the source {source!r} has no named splits (τ² domains "
+                         "have); leave data.splits empty to split by seed")
+    tasks, heldout, corpus = load(source, data_cfg, tiers)
     if heldout is None:
         families = list(data_cfg.families) or None
         if families:

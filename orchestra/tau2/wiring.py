@@ -1,8 +1,9 @@
 """τ²-bench wired into training and evaluation, in one place.
 
 Importing this module registers τ² with the core's registries (orchestra/data/sources.py):
-- the task source `tau2:<domain>[:<version>[:<tasks.json>]]` (`data.source`; the domain DB is the corpus, so
-  there is none for the retriever);
+- the task source `tau2:<domain>[:<version>[:<tasks.json>]]` (`data.source`; <domain> is a shipped name or a
+  domain directory, orchestra/tau2/domain_files.py; `data.splits=train,test` takes the domain's own split; the
+  domain DB is the corpus, so there is none for the retriever);
 - the episode kind of data_source `tau2/*`: episodes are played by the three-party driver
   (orchestra/tau2/episode.py) and judged by the official evaluator's verdict on the trajectory
   (orchestra/tau2/reward.judgement_of; a τ² task has no gold answer string).
@@ -23,12 +24,19 @@ from orchestra.tau2.reward import judgement_of
 from orchestra.types import Task, Trajectory
 
 
-def load_source(spec: str, data_cfg: Any, tiers: dict[str, str] | None) -> tuple[list[Task], None, list]:
-    """A task source: `tau2:<domain>[:<version>[:<path>]]` -> the domain's tasks (split by the caller)."""
+def load_source(spec: str, data_cfg: Any, tiers: dict[str, str] | None) -> tuple[list[Task], list[Task] | None, list]:
+    """A task source: `tau2:<domain or domain dir>[:<version>[:<path>]]` -> the domain's tasks, split by the
+    caller (seeded), or with `data.splits=train,test` by the domain's own split file, each cut to its n."""
     from orchestra.tau2.domain import domain_tasks
     from orchestra.tau2.evaluation import parse_dataset
 
-    return domain_tasks(**parse_dataset(spec)), None, []
+    kw = parse_dataset(spec)
+    splits = [s.strip() for s in str(getattr(data_cfg, "splits", "") or "").split(",") if s.strip()]
+    if not splits:
+        return domain_tasks(**kw), None, []
+    mapping = dict(tiers or {})
+    return (domain_tasks(**kw, split=splits[0], limit=data_cfg.n_train, model_mapping=mapping),
+            domain_tasks(**kw, split=splits[1], limit=data_cfg.n_heldout, model_mapping=mapping), [])
 
 
 def user_simulator(tau2: dict[str, Any]) -> Any:
@@ -109,5 +117,5 @@ class Tau2Runner:
                                            policy_version=policy_version)
 
 
-register_task_source("tau2:", load_source)
+register_task_source("tau2:", load_source, named_splits=True)
 register_episode_kind("tau2/", EpisodeKind(runner=Tau2Runner, judge=judgement_of))

@@ -109,6 +109,25 @@ async def test_judges_never_raise():
     assert judge_for("synthetic/arith", {"synthetic/arith": "choice", "synthetic": "math"}) == "choice"
 
 
+async def test_recorded_judge_reads_the_replayed_verdict_of_the_answering_call():
+    """`recorded` trusts the log's verdict for the model whose answer ended the episode, whatever the answer
+    string; an episode without one (no answer call, or a non-replay expert) is wrong with the reason."""
+    from orchestra.types import ToolRecord, ToolResult, Trajectory
+
+    def traj(*metas):
+        records = [ToolRecord(turn=i, name="answer", tool_id=f"answer-{i + 1}", arguments={},
+                              result=ToolResult(text="", answer="whatever", meta=m)) for i, m in enumerate(metas)]
+        return Trajectory(task_id="t", uid="t", answer="whatever", termination="answered", tool_records=records)
+
+    right = await judge("recorded", "whatever", "gold", traj=traj({"recorded_correct": False},
+                                                                    {"recorded_correct": True}))
+    assert right.correct and "answer-2 was recorded right" in right.reason
+    wrong = await judge("recorded", "gold", "gold", traj=traj({"recorded_correct": False}))
+    assert not wrong.correct  # the string matches the gold, the log says the model was wrong: the log wins
+    assert "needs a replay zoo" in (await judge("recorded", "x", "x", traj=traj({"simulated": True}))).reason
+    assert "no answer call" in (await judge("recorded", "x", "x", traj=traj())).reason
+
+
 # ---------------------------------------------------------------- LLM judge (fake server: conftest.py)
 async def test_llm_judge_against_fake_server(fake_openai, monkeypatch):
     url, seen, server = fake_openai

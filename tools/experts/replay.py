@@ -83,12 +83,21 @@ def _mmlu_pro(path: Path) -> dict[str, ReplayRecord]:
 
 
 def _router_arena(path: Path) -> dict[str, ReplayRecord]:
+    """RouterArena rows (and what cluster/routing_log.py writes); a bad row is a ConfigError naming file, line, field."""
     out = {}
     with path.open() as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            row = json.loads(line)
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"replay file {path}: line {n}: malformed JSON ({e.msg})") from None
+            if not isinstance(row, dict) or row.get("global_index") in (None, ""):
+                raise ConfigError(f"replay file {path}: line {n}: field 'global_index' (the question id) is missing")
+            if str(row["global_index"]) in out:
+                raise ConfigError(f"replay file {path}: line {n}: field 'global_index': {row['global_index']!r} "
+                                  "is recorded twice")
             ev = row.get("evaluation_result") or {}
             usage = row.get("token_usage") or {}
             score = ev.get("score")

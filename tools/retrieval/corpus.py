@@ -82,7 +82,8 @@ class PassageStore:
         self.passages = passages
         self.position = {p["id"]: i for i, p in enumerate(passages)}
         if len(self.position) != len(passages):
-            raise ValueError("duplicate passage ids in the corpus")
+            dup = next(p["id"] for n, p in enumerate(passages) if self.position[p["id"]] != n)
+            raise ValueError(f"duplicate passage id {dup!r} in the corpus")
 
     def _allowed_positions(self, allow_ids: Iterable[str] | None):
         if allow_ids is None:
@@ -103,11 +104,22 @@ def doc_text(p: Passage) -> str:
     return f"{p['title']}. {p['text']}" if p.get("title") else p["text"]
 
 
+def _jsonl_rows(path: Path) -> list[tuple[str, Any]]:
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append((f"line {n}", json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} line {n}: not valid JSON ({e.msg})") from None
+    return rows
+
+
 def load_passages(source: str | Path | list[dict[str, Any]]) -> list[Passage]:
     """Passages {id, title, text} from JSONL, parquet, a JSON list, a JSON {title: [sentences]} dict (the
-    HotpotQA corpus shape; id = title), or a list of dicts. Raises ValueError naming a bad row."""
+    HotpotQA corpus shape; id = title), or a list of dicts. Raises ValueError naming the file, row and field."""
     if isinstance(source, list):
-        rows: list[Any] = source
+        rows: list[tuple[str, Any]] = [(f"corpus row {n}", row) for n, row in enumerate(source)]
     else:
         path = Path(source).expanduser()
         if not path.is_file():
@@ -115,20 +127,29 @@ def load_passages(source: str | Path | list[dict[str, Any]]) -> list[Passage]:
         if path.suffix == ".parquet":
             import pandas as pd
 
-            rows = pd.read_parquet(path).to_dict("records")
+            rows = [(f"{path} row {n}", r) for n, r in enumerate(pd.read_parquet(path).to_dict("records"))]
         elif path.suffix == ".jsonl":
-            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            rows = [(f"{path} {where}", r) for where, r in _jsonl_rows(path)]
         else:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} line {e.lineno}: not valid JSON ({e.msg})") from None
             if isinstance(data, dict):
-                rows = [{"id": t, "title": t, "text": "".join(s) if isinstance(s, list) else str(s)}
+                data = [{"id": t, "title": t, "text": "".join(s) if isinstance(s, list) else str(s)}
                         for t, s in data.items()]
-            else:
-                rows = data
-    passages = []
-    for n, row in enumerate(rows):
-        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-            raise ValueError(f"corpus row {n}: expected an object with a string 'text', got {str(row)[:80]!r}")
-        doc_id = row.get("id", n)
-        passages.append({"id": str(doc_id), "title": str(row.get("title") or ""), "text": row["text"].strip()})
+            if not isinstance(data, list):
+                raise ValueError(f"{path}: expected a JSON list of passages or a {{title: [sentences]}} object")
+            rows = [(f"{path} row {n}", r) for n, r in enumerate(data)]
+    passages, seen = [], set()
+    for n, (where, row) in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected an object with a string 'text', got {str(row)[:80]!r}")
+        if not isinstance(row.get("text"), str):
+            raise ValueError(f"{where} field 'text': expected a string, got {str(row.get('text'))[:80]!r}")
+        doc_id = str(row.get("id", n))
+        if doc_id in seen:
+            raise ValueError(f"{where} field 'id': duplicate passage id {doc_id[:80]!r}")
+        seen.add(doc_id)
+        passages.append({"id": doc_id, "title": str(row.get("title") or ""), "text": row["text"].strip()})
     return passages

@@ -6,7 +6,8 @@ per-task allow-list.
   the search, so k allowed hits come back exactly, never an over-fetched-and-filtered approximation.
 * `build_index` / `build_retriever` — load a finished index directory or build one from a corpus, of kind
   `hybrid` (default; tools/retrieval/hybrid.py), `hybrid_2hop`, `dense` (dense.py) or `bm25` (bm25.py).
-Passages and index directories are tools/retrieval/corpus.py; the CLI is `python -m tools.retrieval build`.
+Passages and index directories are tools/retrieval/corpus.py; the CLI is `python -m tools.retrieval build | search
+| eval` (a hybrid index built with the user's questions carries a fitted fusion weight: tools/retrieval/fit.py).
 Result caching, concurrency and Ray are the tool server's business.
 """
 

@@ -101,3 +101,41 @@ def test_the_smollm2_preset_trains_lora_adapters_on_preference_pairs():
     cfg = load_config(["experiment=cpu_smollm2"])
     assert cfg.model.name == "smollm2" and cfg.model.lora.r > 0 and "q_proj" in cfg.model.lora.target_modules
     assert len(cfg.data.preference_pairs.split("|")) >= 2 and cfg.reward.rubric == "scalar"
+
+
+def test_presets_given_as_paths_outside_conf(tmp_path: Path, monkeypatch):
+    """experiment= and zoo= take YAML paths: the experiment's own defaults resolve beside it, the command line's
+    against the cwd; the composed zoo holds only the file's experts (no shipped preset's files needed)."""
+    own = tmp_path / "mine"
+    own.mkdir()
+    (own / "zoo.yaml").write_text("name: mine\ntools: [answer]\nexperts:\n  a: {kind: sim, model: gpt-5}\n"
+                                  "tiers: {answer-1: a}\n")
+    (own / "exp.yaml").write_text("defaults: {model: tiny, zoo: zoo.yaml, reward: scalar, backend: local}\n"
+                                  "data: {source: template, tiers: null}\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(["experiment=mine/exp.yaml"])
+    assert cfg.name == "exp" and cfg.run_dir == "runs/exp"  # no `name:` in the file: its stem
+    assert cfg.zoo.name == "mine" and list(cfg.zoo.experts) == ["a"] and cfg.reward.rubric == "scalar"
+    (tmp_path / "other.yaml").write_text("name: other\ntools: [answer]\nexperts:\n  b: {kind: sim, model: gpt-5}\n"
+                                         "tiers: {answer-1: b}\n")
+    cfg = load_config([f"experiment={own / 'exp.yaml'}", "zoo=other.yaml"])
+    assert cfg.zoo.name == "other" and list(cfg.zoo.experts) == ["b"]
+    with pytest.raises(ConfigError, match=r"zoo=nowhere\.yaml: no such file"):
+        load_config(["experiment=mine/exp.yaml", "zoo=nowhere.yaml"])
+    with pytest.raises(ConfigError, match=r"experiment=gone\.yaml: no such file"):
+        load_config(["experiment=gone.yaml"])
+
+
+def test_eval_finds_a_path_presets_run_by_its_saved_config(tmp_path: Path):
+    """`make eval` after training on a preset outside conf/: the run's saved config.yaml is the experiment."""
+    from cluster.evaluate import newest_run
+    from orchestra.rundir import checkpoint
+
+    run = tmp_path / "runs" / "mylog"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(to_yaml(load_config(["name=mylog"])))
+    checkpoint.save(run, 1, lambda d: (d / "learner").mkdir(), meta={})
+    found = newest_run(str(tmp_path / "runs" / "cpu_tiny"))
+    assert found == (run, str(run / "config.yaml"))
+    cfg = load_config([f"experiment={found[1]}"])
+    assert cfg.name == "mylog" and cfg.run_dir == "runs/mylog"

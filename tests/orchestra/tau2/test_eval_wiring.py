@@ -30,7 +30,9 @@ def test_tau2_spec_fills_from_config():
     from orchestra.config import load_config
 
     cfg = load_config(["experiment=tau2_airline", "tau2.task_version=current", "tau2.tasks_path=/x/tasks.json"])
-    assert tau2_spec(cfg, "tau2:airline") == {"domain": "airline", "version": "current", "path": "/x/tasks.json"}
+    # the preset's own source: its held-out split (data.splits=train,test); another dataset: all its tasks
+    assert tau2_spec(cfg, "tau2:airline") == {"domain": "airline", "version": "current", "path": "/x/tasks.json",
+                                              "split": "test"}
     assert tau2_spec(cfg, "tau2")["domain"] == "airline"
     assert tau2_spec(cfg, "tau2:mock:v0.2.0:/y.json") == {"domain": "mock", "version": "v0.2.0", "path": "/y.json"}
 

@@ -1,4 +1,5 @@
-"""Gold replays through our adapter score 1.0 under the official evaluator; dropping the last write scores 0.
+"""Gold replays through our adapter (orchestra/tau2/gold.py) score 1.0 under the official evaluator; dropping the
+last write scores 0.
 
 Every mock task (wheel v0.2.0 and tau2-bench HEAD from ../shared/data) and a fixed sample of airline tasks
 run by default; `-m slow` runs every airline task of both versions (~6 min on 2 cores).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.tau2_replay import gold_actions, last_write_index, replay
+from orchestra.tau2.gold import gold_actions, last_write_index, replay
 
 AIRLINE_SAMPLE = ("11",)  # a multi-write task; `-m slow` covers all of them
 

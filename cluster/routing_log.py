@@ -1,0 +1,189 @@
+"""`python -m cluster.routing_log LOG --out DIR [...]`: a routing log -> tasks, a replay zoo and presets, one command.
+
+Reads and checks the log (layouts, fields and errors: orchestra/data/routing_log.py), prices every model, judges
+the models of a log that gives only gold answers, and writes DIR/{tasks.jsonl, replay/, zoo.yaml,
+experiment.yaml} all at once (a temporary directory renamed into place). Then, from the checkout:
+  make train ARGS="experiment=DIR/experiment.yaml"
+  make eval ARGS="experiment=DIR/experiment.yaml checkpoint=runs/<name>"
+Prices: `--price MODEL=IN,OUT` ($ per million tokens: self-hosted or unlisted models), else genai-prices by the
+model's own name or by `--priced-as MODEL=NAME` (`provider:model` names the provider). A model without a price is
+an error, never $0. Verdicts: a model's recorded `correct`; where it is blank, its `model_answer` (else its
+response) judged against the gold answer by `--judge` (reward/judges.py). Training judges episodes by those
+recorded verdicts (the `recorded` judge), so the policy is scored exactly as the log scored the models.
+Bad input exits 2 with one line naming the file, the row and the field, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+import yaml
+
+from orchestra.data.routing_log import RoutingLog, RoutingLogError, expert_key, read_log, write_outputs
+
+JUDGES = ("exact", "f1", "math", "choice")
+ASSUMED_LATENCY_S = 2.0
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.rpartition("=")
+        if not sep or not key or not value:
+            raise RoutingLogError(f"{flag} {item!r}: expected MODEL=VALUE")
+        out[key] = value
+    return out
+
+
+def prices(log: RoutingLog, explicit: dict[str, str], priced_as: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """model -> {model (the priced name), price_in/out ($/Mtok), explicit}; unknown models are errors."""
+    from tools.pricing import PriceTable, UnknownModelError
+
+    for flag, given in (("--price", explicit), ("--priced-as", priced_as)):
+        for m in given:
+            if m not in log.models:
+                raise RoutingLogError(f"{flag} {m}=...: the log has no model {m!r} (models: {', '.join(log.models)})")
+    table, out = PriceTable(), {}
+    for m in log.models:
+        if m in explicit:
+            try:
+                p_in, p_out = (float(x) for x in explicit[m].split(","))
+                table.set_override(m, p_in, p_out)
+            except ValueError:
+                raise RoutingLogError(f"--price {m}={explicit[m]}: expected IN,OUT dollars per million tokens "
+                                      "(two numbers >= 0)") from None
+            out[m] = {"model": m, "price": (p_in, p_out), "explicit": True}
+            continue
+        ref = priced_as.get(m, m)
+        try:
+            out[m] = {"model": ref, "price": table.price(ref), "explicit": False}
+        except UnknownModelError:
+            where = next(q.calls[m].where for q in log.questions)
+            raise RoutingLogError(f"routing log {log.path}: {where}: model {m!r} has no price (genai-prices does not "
+                                  f"know {ref!r}): pass --price {m}=IN,OUT ($ per million tokens) or --priced-as "
+                                  f"{m}=<a model genai-prices knows>") from None
+    return out
+
+
+def judge_missing(log: RoutingLog, judge_name: str) -> int:
+    """Fill in the verdicts a log left blank by judging each model's answer against the gold answer."""
+    from reward.judges import judge
+
+    todo = [(q, c) for q in log.questions for c in q.calls.values() if c.score is None]
+
+    async def run() -> list[Any]:
+        return await asyncio.gather(*(judge(judge_name, c.model_answer or c.response, q.answer or "", q.prompt)
+                                      for q, c in todo))
+
+    for (_q, call), verdict in zip(todo, asyncio.run(run()) if todo else [], strict=True):
+        call.score = float(verdict.correct)
+    return len(todo)
+
+
+def per_question_cost(log: RoutingLog, m: str, price: tuple[float, float]) -> float:
+    """Mean $ of model m per question: as recorded, else tokens x price (tokens estimated from text, 4 chars each)."""
+    costs = []
+    for q in log.questions:
+        c = q.calls[m]
+        t_in = c.tokens_in if c.tokens_in is not None else len(q.prompt) // 4 + 1
+        t_out = c.tokens_out if c.tokens_out is not None else len(c.response) // 4 + 1
+        costs.append(c.cost_usd if c.cost_usd is not None else (t_in * price[0] + t_out * price[1]) / 1e6)
+    return mean(costs)
+
+
+def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, Any]], latency: dict[str, str],
+            heldout: int, cost: dict[str, float]) -> dict[str, str]:
+    """zoo.yaml and experiment.yaml (paths absolute, so both work from anywhere)."""
+    ranked = sorted(log.models, key=lambda m: (-cost[m], m))  # answer-1 = the priciest, as in the shipped zoos
+    experts = {}
+    for m in ranked:
+        calls = [q.calls[m] for q in log.questions]
+        lat = latency.get(m)
+        if lat is None:
+            recorded = [c.latency_s for c in calls if c.latency_s is not None]
+            lat = mean(recorded) if len(recorded) == len(calls) else ASSUMED_LATENCY_S
+        e: dict[str, Any] = {"kind": "replay", "model": priced[m]["model"],
+                             "replay_path": str(out / "replay" / f"{expert_key(m)}.jsonl"),
+                             "max_tokens": max([4096] + [c.tokens_out or 0 for c in calls]), "latency_s": float(lat)}
+        if priced[m]["explicit"]:
+            e["price_in_per_mtok"], e["price_out_per_mtok"] = priced[m]["price"]
+        experts[expert_key(m)] = e
+    keys = [expert_key(m) for m in ranked]
+    if len(set(keys)) != len(keys):
+        raise RoutingLogError(f"routing log {log.path}: models {ranked} give clashing expert names {keys}")
+    zoo = {"name": name, "tools": ["answer"], "seed": 0, "experts": experts,
+           "tiers": {f"answer-{i + 1}": k for i, k in enumerate(keys)}}
+    n_train = len(log.questions) - heldout
+    exp = {"defaults": {"model": "tiny", "zoo": "zoo.yaml", "reward": "scalar", "backend": "local"},
+           "name": name, "seed": 0,
+           "data": {"source": str(out / "tasks.jsonl"), "n_train": n_train, "n_heldout": heldout},
+           "reward": {"judges": {"routing_log": "recorded"}, "cost_scale": float(f"{cost[ranked[0]]:.3g}")},
+           "eval": {"n_tasks": heldout, "preference": "balanced", "temperature": 1.0},
+           "agent": {"max_turns": 2}, "sampling": {"max_tokens": 48, "temperature": 1.0},
+           "algo": {"steps": 36, "group_size": 8, "prompts_per_step": 4, "lr": 5.0e-4, "micro_batch_size": 64},
+           "sft": {"steps": 100, "lr": 3.0e-3, "batch_size": 16, "demos": min(240, n_train)},
+           "checkpoint": {"every_steps": 10}, "cluster": {"torch_threads": 2}}
+    head = f"# Written by `python -m cluster.routing_log {log.path}`; rerun it rather than edit by hand.\n"
+    zoo_note = ("# Replay experts: each model's recorded answers, tokens and $ (tools/experts/replay.py); tiers by "
+                "$ per question, priciest first.\n# latency_s: the recorded mean, else an assumed "
+                f"{ASSUMED_LATENCY_S} s (reported virtually, never slept).\n")
+    exp_note = ("# Sized like mmlu_pro_replay (2-core CPU). Episodes are judged by the log's own verdicts (judge "
+                "`recorded`);\n# reward.cost_scale = the priciest model's mean $ per question, so that the cost "
+                "term of the scalar rubric\n# weighs about as much as being right, and preferences can change the "
+                "route.\n")
+    dump = lambda d: yaml.safe_dump(d, sort_keys=False, allow_unicode=True)  # noqa: E731
+    return {"zoo.yaml": head + zoo_note + dump(zoo), "experiment.yaml": head + exp_note + dump(exp)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cluster.routing_log", description=__doc__.splitlines()[0])
+    p.add_argument("log", help="routing log: .csv, .tsv, .jsonl, .json or .parquet (long or wide layout)")
+    p.add_argument("--out", required=True, help="output directory (replaced only with --force)")
+    p.add_argument("--name", default="", help="experiment and zoo name (default: the output directory's name)")
+    p.add_argument("--columns", default="", help="field=column pairs, e.g. prompt=question,answer=gold")
+    p.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT", help="$ per million tokens")
+    p.add_argument("--priced-as", action="append", default=[], metavar="MODEL=NAME", help="genai-prices name")
+    p.add_argument("--latency", action="append", default=[], metavar="MODEL=SECONDS", help="typical seconds")
+    p.add_argument("--judge", default="exact", choices=JUDGES, help="for models with no recorded 'correct'")
+    p.add_argument("--heldout", type=int, default=-1, help="held-out questions (default: a fifth)")
+    p.add_argument("--drop-incomplete", action="store_true", help="skip questions some model did not answer")
+    p.add_argument("--force", action="store_true", help="replace an existing output directory")
+    args = p.parse_args(argv)
+    try:
+        columns = _pairs([c for c in args.columns.split(",") if c], "--columns")
+        log = read_log(args.log, columns, drop_incomplete=args.drop_incomplete)
+        priced = prices(log, _pairs(args.price, "--price"), _pairs(args.priced_as, "--priced-as"))
+        latency = _pairs(args.latency, "--latency")
+        judged = judge_missing(log, args.judge)
+        n = len(log.questions)
+        heldout = n // 5 if args.heldout < 0 else args.heldout
+        if not 0 <= heldout < n:
+            raise RoutingLogError(f"--heldout {heldout}: must leave training questions (the log has {n})")
+        out = Path(args.out).expanduser().resolve()
+        name = args.name or out.name
+        cost = {m: per_question_cost(log, m, priced[m]["price"]) for m in log.models}
+        files = presets(log, out, name, priced, latency, heldout, cost)
+        write_outputs(log, out, files, force=args.force)
+    except RoutingLogError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{n} questions x {len(log.models)} models ({log.dropped} dropped: not answered by every model; "
+          f"{judged} verdicts judged by `{args.judge}` against the gold answer)")
+    for m in sorted(log.models, key=lambda m: -cost[m]):
+        acc = mean(float(q.calls[m].score >= 0.5) for q in log.questions)
+        print(f"  {m}: accuracy {acc:.3f}, ${cost[m]:.6f} per question (priced as {priced[m]['model']})")
+    oracle = mean(float(any(c.score >= 0.5 for c in q.calls.values())) for q in log.questions)
+    print(f"  any model right (the oracle router's accuracy): {oracle:.3f}")
+    print(f"wrote {out}/: tasks.jsonl, replay/, zoo.yaml, experiment.yaml ({n - heldout} train / {heldout} held out)")
+    print(f'next: make train ARGS="experiment={out}/experiment.yaml"\n'
+          f'      make eval ARGS="experiment={out}/experiment.yaml checkpoint=runs/{name}"')
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,319 @@
+"""Routing logs -> a task set and a replay zoo: read and check a log, then write the project's own formats.
+
+A routing log records what several models answered to the same questions. Two layouts are read, from CSV, JSONL,
+a JSON list or parquet:
+* long: one row per (question, model), with a `model` column;
+* wide: one row per question, each model's fields in columns `<model>|<field>` (RouterBench's layout).
+Fields (input column names can be mapped, `columns={"prompt": "question"}`):
+  id          question id; optional. Without one it is `q` + the first 12 hex digits of sha1(prompt), so ids
+              stay stable when rows are reordered or the log grows
+  prompt      required
+  answer      the gold answer; optional when every model's `correct` is given
+  category    optional: the task family (per-family reports, the family-router bound)
+  per model:  response (required), correct (true/false, yes/no, 1/0, or a score in [0, 1]: >= 0.5 is right),
+              model_answer (the answer extracted from the response), tokens_in, tokens_out, cost_usd, latency_s
+`read_log(path, columns)` checks all of it and raises RoutingLogError (one line: the file, the row, the field).
+`write_outputs(...)` writes, into a temporary directory renamed into place (nothing partial is ever left):
+  tasks.jsonl            Task rows (orchestra/data/tasks.py); task id = question id = the replay key
+  replay/<expert>.jsonl  RouterArena's cached-results rows, the recorded-outputs format tools/experts/replay.py
+                         reads: tokens and $ as recorded, correct iff score >= 0.5
+  zoo.yaml, experiment.yaml  presets that work from anywhere (`experiment=<dir>/experiment.yaml`, paths absolute)
+Prices, and the verdicts of logs that give only a gold answer, are the CLI's (cluster/routing_log.py): they need
+tools/pricing and reward/judges, which the core does not import.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestra.types import Task
+
+QUESTION_FIELDS = ("id", "prompt", "answer", "category")
+CALL_FIELDS = ("response", "correct", "model_answer", "tokens_in", "tokens_out", "cost_usd", "latency_s")
+_TRUE, _FALSE = {"true", "yes", "y", "right", "correct"}, {"false", "no", "n", "wrong", "incorrect"}
+
+
+class RoutingLogError(ValueError):
+    """Bad input: the message names the file, the row and the field."""
+
+
+@dataclass
+class Call:
+    """One model's recorded answer to one question."""
+
+    response: str
+    score: float | None  # the recorded correctness in [0, 1]; None: judge `model_answer` or `response` vs gold
+    model_answer: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cost_usd: float | None = None
+    latency_s: float | None = None
+    where: str = ""  # "row N": for messages about this call
+
+
+@dataclass
+class Question:
+    id: str
+    prompt: str
+    answer: str | None
+    category: str | None
+    where: str
+    calls: dict[str, Call] = field(default_factory=dict)  # model -> its answer
+
+
+@dataclass
+class RoutingLog:
+    path: str
+    questions: list[Question]
+    models: list[str]
+    dropped: int = 0  # questions left out because some model did not answer them (read_log's drop_incomplete)
+
+    def fail(self, where: str, msg: str) -> RoutingLogError:
+        return RoutingLogError(f"routing log {self.path}: {where}: {msg}")
+
+
+# ---------------------------------------------------------------- reading
+def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(where, row) pairs; `where` is `row N` (1 = the first data row), with the line for text files."""
+    if not path.is_file():
+        raise RoutingLogError(f"routing log {path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
+            out, n = [], 0
+            for row in reader:
+                n += 1
+                if None in row:
+                    raise RoutingLogError(f"routing log {path}: row {n} (line {reader.line_num}): more cells than "
+                                          f"the header's {len(reader.fieldnames or [])} columns")
+                out.append((f"row {n} (line {reader.line_num})", row))
+            return out
+    if suffix == ".jsonl":
+        out = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise RoutingLogError(f"routing log {path}: row {len(out) + 1} (line {n}): malformed JSON: "
+                                          f"{e.msg} at column {e.colno}") from None
+                out.append((f"row {len(out) + 1} (line {n})", row))
+        return out
+    if suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise RoutingLogError(f"routing log {path}: malformed JSON: {e.msg} at line {e.lineno}") from None
+        if not isinstance(data, list):
+            raise RoutingLogError(f"routing log {path}: expected a JSON list of rows")
+        return [(f"row {n}", r) for n, r in enumerate(data, 1)]
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return [(f"row {n}", r) for n, r in enumerate(pq.read_table(path).to_pylist(), 1)]
+    raise RoutingLogError(f"routing log {path}: unknown format {suffix!r} (use .csv, .tsv, .jsonl, .json, .parquet)")
+
+
+def _blank(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, float) and math.isnan(v))
+
+
+def _score(v: Any) -> float:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, str) and v.strip().lower() in _TRUE | _FALSE:
+        return float(v.strip().lower() in _TRUE)
+    x = float(v)  # ValueError for anything else
+    if not 0.0 <= x <= 1.0:
+        raise ValueError
+    return x
+
+
+def _count(v: Any) -> int:
+    x = float(v)
+    if isinstance(v, bool) or x < 0 or not x.is_integer():
+        raise ValueError
+    return int(x)
+
+
+def _amount(v: Any) -> float:
+    x = float(v)
+    if isinstance(v, bool) or x < 0 or not math.isfinite(x):
+        raise ValueError
+    return x
+
+
+_PARSE = {"correct": (_score, "true/false, yes/no, 1/0 or a score in [0, 1]"),
+          "tokens_in": (_count, "a whole number >= 0"), "tokens_out": (_count, "a whole number >= 0"),
+          "cost_usd": (_amount, "a number of dollars >= 0"), "latency_s": (_amount, "a number of seconds >= 0")}
+
+
+def _call(get: Any, where: str) -> Call:
+    values: dict[str, Any] = {}
+    for name in CALL_FIELDS:
+        raw, column = get(name)
+        if _blank(raw):
+            values[name] = None
+        elif name in _PARSE:
+            parse, expected = _PARSE[name]
+            try:
+                values[name] = parse(raw)
+            except (TypeError, ValueError):
+                raise RoutingLogError(f"field {column!r} = {str(raw)[:40]!r}: expected {expected}") from None
+        else:
+            values[name] = str(raw)
+    if values["response"] is None:
+        raise RoutingLogError(f"field {get('response')[1]!r} is missing or empty")
+    score = values.pop("correct")
+    return Call(score=score, where=where, **values)
+
+
+def read_log(path: str | Path, columns: dict[str, str] | None = None, drop_incomplete: bool = False) -> RoutingLog:
+    """Read and check a routing log (module docstring); `columns` maps our field names to the file's. A question
+    some model did not answer is an error, or with `drop_incomplete` left out (counted in `log.dropped`)."""
+    path = Path(path)
+    rows = _rows(path)
+    name = dict(columns or {})
+    if not rows:
+        raise RoutingLogError(f"routing log {path}: no rows")
+    log = RoutingLog(str(path), [], [])
+    first = rows[0][1]
+    if not isinstance(first, dict):
+        raise log.fail(rows[0][0], "expected an object with named fields")
+    wide = name.get("model", "model") not in first
+    by_id: dict[str, Question] = {}
+    for where, row in rows:
+        try:
+            _add_row(log, by_id, row, where, name, wide)
+        except RoutingLogError as e:
+            raise log.fail(where, str(e)) from None
+    log.questions = [q for q in by_id.values() if len(q.calls) == len(log.models)]
+    log.dropped = len(by_id) - len(log.questions)
+    if log.dropped and not drop_incomplete:
+        q = next(q for q in by_id.values() if len(q.calls) < len(log.models))
+        m = next(m for m in log.models if m not in q.calls)
+        raise log.fail(q.where, f"question {q.id!r} has no answer from model {m!r} (every model must answer "
+                       "every question; --drop-incomplete keeps only the questions all models answered)")
+    if not log.questions:
+        raise log.fail("all rows", "no question was answered by every model")
+    if len(log.models) < 2:
+        raise log.fail("header", f"only {len(log.models)} model(s) ({', '.join(log.models)}): routing needs two")
+    return log
+
+
+def _add_row(log: RoutingLog, by_id: dict[str, Question], row: Any, where: str, name: dict[str, str],
+             wide: bool) -> None:
+    if not isinstance(row, dict):
+        raise RoutingLogError(f"expected an object with named fields, got {str(row)[:40]!r}")
+    col = {f: name.get(f, f) for f in QUESTION_FIELDS + ("model",)}
+    prompt = row.get(col["prompt"])
+    if _blank(prompt):
+        raise RoutingLogError(f"field {col['prompt']!r} is missing or empty")
+    prompt = str(prompt)
+    qid = "" if _blank(row.get(col["id"])) else str(row[col["id"]]).strip()
+    qid = qid or "q" + hashlib.sha1(prompt.encode()).hexdigest()[:12]
+    gold = None if _blank(row.get(col["answer"])) else str(row[col["answer"]]).strip()
+    category = None if _blank(row.get(col["category"])) else str(row[col["category"]])
+    q = by_id.get(qid)
+    if q is None:
+        q = by_id[qid] = Question(qid, prompt, gold, category, where)
+    elif q.prompt != prompt or q.answer != gold:
+        what = "prompt" if q.prompt != prompt else "answer"
+        raise RoutingLogError(f"field {col[what]!r}: question id {qid!r} was given another {what} at "
+                              f"{q.where} (ids must name one question)")
+    if wide:
+        suffix = "|" + name.get("response", "response")
+        models = [c[: -len(suffix)] for c in row if isinstance(c, str) and c.endswith(suffix)]
+        if not models:
+            raise RoutingLogError(f"no {col['model']!r} field (long layout) and no `<model>{suffix}` columns "
+                                  "(wide layout)")
+        calls = {}
+        for m in models:
+            cells = {f: (row.get(f"{m}|{name.get(f, f)}"), f"{m}|{name.get(f, f)}") for f in CALL_FIELDS}
+            if all(_blank(v) for v, _ in cells.values()):
+                continue  # this model did not answer this question (a blank wide cell)
+            calls[m] = _call(lambda f, cells=cells: cells[f], where)
+    else:
+        model = row.get(col["model"])
+        if _blank(model):
+            raise RoutingLogError(f"field {col['model']!r} is missing or empty")
+        calls = {str(model).strip(): _call(lambda f: (row.get(name.get(f, f)), name.get(f, f)), where)}
+    for m, call in calls.items():
+        if m in q.calls:
+            raise RoutingLogError(f"field {col['model']!r}: model {m!r} answered question {qid!r} already at "
+                                  f"{q.calls[m].where}")
+        if call.score is None and q.answer is None:
+            raise RoutingLogError(f"field {col['answer']!r} is empty and model {m!r} has no 'correct': "
+                                  "give the gold answer or each model's correctness")
+        q.calls[m] = call
+        if m not in log.models:
+            log.models.append(m)
+
+
+# ---------------------------------------------------------------- writing
+def expert_key(model: str) -> str:
+    """A model name as a zoo expert key and a file name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_") or "model"
+
+
+def replay_row(q: Question, call: Call) -> dict[str, Any]:
+    """RouterArena's cached-results shape (tools/experts/replay.py `_router_arena`)."""
+    row: dict[str, Any] = {"global_index": q.id, "question": q.prompt, "generated_answer": call.response,
+                           "evaluation_result": {"extracted_answer": call.model_answer, "ground_truth": q.answer,
+                                                 "score": call.score, "inference_cost": call.cost_usd}}
+    if call.tokens_in is not None and call.tokens_out is not None:
+        row["token_usage"] = {"input_tokens": call.tokens_in, "output_tokens": call.tokens_out,
+                              "total_tokens": call.tokens_in + call.tokens_out}
+    return row
+
+
+def task_of(q: Question, name: str) -> Task:
+    meta: dict[str, Any] = {"question_id": q.id}
+    if q.category:
+        meta["family"] = q.category
+    return Task(id=q.id, problem=q.prompt, answer=q.answer or "", category="qa", data_source=f"routing_log/{name}",
+                tools=["answer"], meta=meta)
+
+
+def write_outputs(log: RoutingLog, out: str | Path, files: dict[str, str], force: bool = False) -> Path:
+    """Write tasks.jsonl, replay/<expert>.jsonl and the presets (`files`: name -> YAML text, written as is) into a
+    temporary directory beside `out`, then rename it to `out` (an existing `out` is replaced only with `force`)."""
+    out = Path(out).resolve()
+    if out.exists() and not force:
+        raise RoutingLogError(f"output directory {out} exists (pass --force to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        (tmp / "replay").mkdir()
+        name = out.name
+        with (tmp / "tasks.jsonl").open("w", encoding="utf-8") as f:
+            for q in log.questions:
+                f.write(json.dumps(task_of(q, name).to_dict(), ensure_ascii=False) + "\n")
+        for m in log.models:
+            with (tmp / "replay" / f"{expert_key(m)}.jsonl").open("w", encoding="utf-8") as f:
+                for q in log.questions:
+                    f.write(json.dumps(replay_row(q, q.calls[m]), ensure_ascii=False) + "\n")
+        for fname, text in files.items():
+            (tmp / fname).write_text(text, encoding="utf-8")
+        old = None
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.replace(out, old / "d")
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
