@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from orchestra.data.routing_log import RoutingLog, RoutingLogError, expert_key, read_log, write_outputs
+from orchestra.preferences import COST_ORDER
 
 JUDGES = ("exact", "f1", "math", "choice")
 ASSUMED_LATENCY_S = 2.0
@@ -121,18 +122,24 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
     n_train = len(log.questions) - heldout
     exp = {"defaults": {"model": "tiny", "zoo": "zoo.yaml", "reward": "scalar", "backend": "local"},
            "name": name, "seed": 0,
-           "data": {"source": str(out / "tasks.jsonl"), "n_train": n_train, "n_heldout": heldout},
+           "data": {"source": str(out / "tasks.jsonl"), "n_train": n_train, "n_heldout": heldout,
+                    "preference_pairs": "accuracy-first|balanced|cost-first"},
            "reward": {"judges": {"routing_log": "recorded"}, "cost_scale": float(f"{cost[ranked[0]]:.3g}")},
-           "eval": {"n_tasks": heldout, "preference": "balanced", "temperature": 1.0},
-           "agent": {"max_turns": 2}, "sampling": {"max_tokens": 48, "temperature": 1.0},
-           "algo": {"steps": 36, "group_size": 8, "prompts_per_step": 4, "lr": 5.0e-4, "micro_batch_size": 64},
-           "sft": {"steps": 100, "lr": 3.0e-3, "batch_size": 16, "demos": min(240, n_train)},
+           "eval": {"n_tasks": heldout, "preference": "balanced", "presets": list(COST_ORDER), "temperature": 0.0},
+           "agent": {"max_turns": 2, "preference_words": True}, "sampling": {"max_tokens": 48, "temperature": 1.0},
+           "algo": {"steps": 12, "group_size": 8, "prompts_per_step": 4, "lr": 1.0e-4, "balance_prefs": True,
+                    "micro_batch_size": 64},
+           # the expected-value warm start (README "Quality"): every question played by every model, the
+           # estimator router fitted on those outcomes, each (question, preset) labelled with its best route
+           "sft": {"teacher": "expected_value", "vectors": [*COST_ORDER, "latency-first"], "steps": 200,
+                   "lr": 3.0e-3, "batch_size": 16, "demos": min(240, n_train)},
+           "router": {"explore_tasks": 0},
            "checkpoint": {"every_steps": 10}, "cluster": {"torch_threads": 2}}
     head = f"# Written by `python -m cluster.routing_log {log.path}`; rerun it rather than edit by hand.\n"
     zoo_note = ("# Replay experts: each model's recorded answers, tokens and $ (tools/experts/replay.py); tiers by "
                 "$ per question, priciest first.\n# latency_s: the recorded mean, else an assumed "
                 f"{ASSUMED_LATENCY_S} s (reported virtually, never slept).\n")
-    exp_note = ("# Sized like mmlu_pro_replay (2-core CPU). Episodes are judged by the log's own verdicts (judge "
+    exp_note = ("# Sized and trained like mmlu_pro_replay (2-core CPU). Episodes are judged by the log's own verdicts (judge "
                 "`recorded`);\n# reward.cost_scale = the priciest model's mean $ per question, so that the cost "
                 "term of the scalar rubric\n# weighs about as much as being right, and preferences can change the "
                 "route.\n")
