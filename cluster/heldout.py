@@ -117,10 +117,11 @@ def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, token
     from orchestra.eval.stats import summarize
     from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.routing.router import EstimatorRouter, has_router
+    from tools.retrieval.dense import embed_texts
 
     if not has_router(run_dir):
         return {}
-    router = EstimatorRouter.load(run_dir)
+    router = EstimatorRouter.load(run_dir, embed_texts)
     r, m, eos = cfg.reward, cfg.model, eos_token_ids(tokenizer)
     ev = Evaluator(tokenizer, Prompter(tokenizer, **cfg.agent.prompter_kwargs()), {0: tools}, eos[0],
                    agent_kwargs={**agent_kwargs(cfg), "eos_token_ids": eos}, judges=dict(r.judges),

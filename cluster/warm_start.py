@@ -76,8 +76,9 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     from orchestra.routing.estimator import RouteEstimator, TaskFeatures
     from orchestra.routing.explore import explore
     from orchestra.routing.plans import enumerate_plans
-    from orchestra.routing.router import EstimatorRouter, minilm_embed
+    from orchestra.routing.router import EstimatorRouter
     from orchestra.routing.teacher import cross_fitted, teacher_labels
+    from tools.retrieval.dense import embed_texts
 
     c, r, rc = cfg, cfg.reward, cfg.router
     run_dir = Path(c.run_dir).expanduser().resolve()
@@ -94,7 +95,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                        on_episode=lambda _rec: bars.advance(bar))
     bars.remove(bar)
     explore_s = time.perf_counter() - t0
-    features = TaskFeatures(minilm_embed(c.zoo.retriever.model_dir), rc.meta_keys).fit_vocab(tasks)
+    features = TaskFeatures(embed_texts(c.zoo.retriever.model_dir), rc.meta_keys).fit_vocab(tasks)
     X, ids = features(tasks), [t.id for t in tasks]
     estimator = RouteEstimator(plans, C=rc.C, alpha=rc.alpha).fit(X, ids, outcomes)
     EstimatorRouter(estimator, features, r.cost_scale, r.latency_scale, model_dir=c.zoo.retriever.model_dir

@@ -418,13 +418,14 @@ def router_engine(settings: ServeSettings, tok: Any, eos: list[int]) -> Any:
         return None
     from orchestra.engine.scripted import script_engine
     from orchestra.routing.router import EstimatorRouter, has_router
+    from tools.retrieval.dense import embed_texts
 
     where = settings.router or settings.checkpoint
     found = next((d for d in (Path(where), *Path(where).parents[:3]) if has_router(d)), None) if where else None
     if found is None:
         raise ValueError(f"policy=estimator: no estimator router under {where or '(no checkpoint or router given)'}; "
                          "train with sft.teacher=expected_value (make train does) or set router=<run dir>")
-    router = EstimatorRouter.load(found)
+    router = EstimatorRouter.load(found, embed_texts)
     return lambda task: script_engine(tok, router.script(task), eos[0])
 
 

@@ -12,7 +12,7 @@ preferences and seeds).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,6 @@ from orchestra.routing.plans import Plan
 from orchestra.types import Task
 
 ROUTER_DIR = "router"
-
-
-def minilm_embed(model_dir: str = "") -> Any:
-    """The sentence embedder the retriever uses (all-MiniLM-L6-v2 from its PyPI package; offline)."""
-    from tools.retrieval.dense import Embedder
-
-    return Embedder(model_dir).encode
 
 
 class EstimatorRouter:
@@ -68,15 +61,17 @@ class EstimatorRouter:
         return self.estimator.save(Path(run_dir) / ROUTER_DIR, extra=spec)
 
     @classmethod
-    def load(cls, run_dir: str | Path, embed: Any = None) -> EstimatorRouter:
-        """From `<run_dir>/router/` (or that directory itself); `embed` replaces the MiniLM embedder (tests)."""
+    def load(cls, run_dir: str | Path, embedder: Callable[[str], Any]) -> EstimatorRouter:
+        """From `<run_dir>/router/` (or that directory itself). `embedder(model_dir)` gives the text embedding the
+        router was fitted with, from the model dir it saved (tools.retrieval.dense.embed_texts: the core does not
+        load models of tools/)."""
         d = Path(run_dir)
         d = d if (d / "estimator.json").is_file() else d / ROUTER_DIR
         estimator, meta = RouteEstimator.load(d)
         f = meta.get("features", {})
         if f.get("kind", "minilm") != "minilm":
             raise ValueError(f"{d}: unknown feature kind {f.get('kind')!r} (this version embeds with minilm)")
-        features = TaskFeatures(embed or minilm_embed(f.get("model_dir", "")), f.get("meta_keys", []),
+        features = TaskFeatures(embedder(f.get("model_dir", "")), f.get("meta_keys", []),
                                 f.get("vocab", {}))
         return cls(estimator, features, meta.get("cost_scale", 0.01), meta.get("latency_scale", 10.0),
                    model_dir=f.get("model_dir", ""))

@@ -40,6 +40,11 @@ def default_model_dir() -> str:
     return str(Path(list(spec.submodule_search_locations)[0]) / "model")
 
 
+def embed_texts(model_dir: str = "") -> Callable[[list[str]], Any]:
+    """An `Embedder`'s encode function: the text features of the estimator router (orchestra/routing/)."""
+    return Embedder(model_dir).encode
+
+
 class Embedder:
     """Sentence embeddings from a transformers model directory (offline; no hub access)."""
 

@@ -62,7 +62,7 @@ def test_router_follows_each_preference_and_survives_save_and_load(setup, tmp_pa
     est = RouteEstimator(plans).fit(features(tasks), [t.id for t in tasks], outcomes)
     EstimatorRouter(est, features, 0.01, 10.0).save(tmp_path)
     assert has_router(tmp_path) and not has_router(tmp_path / "router" / "x")
-    router = EstimatorRouter.load(tmp_path, embed=family_embed)
+    router = EstimatorRouter.load(tmp_path, lambda _model_dir: family_embed)
 
     prefs = {n: PRESETS[n] for n in ("balanced", "accuracy-first", "cost-first")}
     ev = Evaluator(tok, Prompter(tok), {0: tools}, tok.eos_token_id, routers={"estimator": router.script},
@@ -80,4 +80,4 @@ def test_router_follows_each_preference_and_survives_save_and_load(setup, tmp_pa
 
 def test_loading_a_missing_router_names_what_to_do(tmp_path):
     with pytest.raises(FileNotFoundError, match="make train"):
-        EstimatorRouter.load(tmp_path, embed=family_embed)
+        EstimatorRouter.load(tmp_path, lambda _model_dir: family_embed)
