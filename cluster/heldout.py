@@ -46,11 +46,10 @@ def requests(tasks: list[Task], seed: int, seeds: int, tag: str, prefs: list[str
 
 def score(results: list[EpisodeResult], requests: list[dict[str, Any]], cfg: Any) -> list[Scored]:
     """The held-out score of each episode (the scalar rubric under its request's preference, no training-only
-    terms). Results are matched to their requests by episode id."""
-    by_episode = {r["episode_id"]: Task.from_dict(r["task"]) for r in requests}
+    terms). Results are matched to their requests by uid (one episode per held-out request)."""
     by_uid = {r["uid"]: Task.from_dict(r["task"]) for r in requests}
     trajs = [r.traj for r in results]
-    tasks = [by_episode.get(t.episode_id) or by_uid[t.uid] for t in trajs]
+    tasks = [by_uid[t.uid] for t in trajs]
     return asyncio.run(score_group(trajs, tasks, **score_kwargs(cfg, "eval")))
 
 

@@ -62,7 +62,10 @@ class Expected:
 
 def expected_reward(exp: Expected, plans: Sequence[Plan], pref: Preference, cost_scale: float,
                     latency_scale: float) -> np.ndarray:
-    """[tasks, plans] expected `scalar` reward under one preference vector."""
+    """[tasks, plans] expected `scalar` reward under one preference vector: reward/rubric.scalar_reward is linear
+    in correctness, so its expectation is the same formula with P(correct) for the 0/1 outcome. Written out on
+    arrays here (the core does not import reward/); tests/orchestra/routing/test_estimator.py pins it to
+    scalar_reward."""
     ev = (pref.get("accuracy", 0.0) * exp.p_correct - pref.get("cost", 0.0) * exp.cost_usd / cost_scale
           - pref.get("latency", 0.0) * exp.latency_s / latency_scale)
     tool_terms = np.array([sum(w * plan.tool_counts().get(k[5:], 0) for k, w in pref.items() if k.startswith("tool:"))

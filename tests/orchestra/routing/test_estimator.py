@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from orchestra.preferences import preset
-from orchestra.routing.estimator import RouteEstimator, TaskFeatures
+from orchestra.routing.estimator import Expected, RouteEstimator, TaskFeatures, expected_reward
 from orchestra.routing.plans import Outcome, Plan, enumerate_plans
 from orchestra.routing.teacher import cross_fitted, label_vectors, teacher_labels
 from orchestra.types import Task
+from reward.rubric import scalar_reward
 
 CHEAP = Plan("answer-2", (("answer", "answer-2"),))
 STRONG = Plan("answer-1", (("answer", "answer-1"),))
@@ -133,3 +134,16 @@ def test_fit_refuses_a_plan_without_outcomes():
     with pytest.raises(ValueError, match="no outcomes for plan"):
         RouteEstimator([STRONG, CHEAP, Plan("answer-3", (("answer", "answer-3"),))]).fit(
             TaskFeatures(embed)(tasks), [t.id for t in tasks], outcomes)
+
+
+def test_expected_reward_is_the_scalar_rubric_in_expectation():
+    """The estimator's vectorised formula equals p·R(right) + (1−p)·R(wrong) of reward/rubric.scalar_reward."""
+    plans = [CHEAP, Plan("reasoner-1+answer-1", (("enhance_reasoning", "reasoner-1"), ("answer", "answer-1")))]
+    exp = Expected(np.array([[0.3, 0.8]]), np.array([[0.0001, 0.02]]), np.array([[1.5, 9.0]]))
+    pref = {"accuracy": 1.0, "cost": 0.5, "latency": 0.2, "tool:enhance_reasoning": -0.1}
+    got = expected_reward(exp, plans, pref, cost_scale=0.01, latency_scale=10.0)[0]
+    for j, plan in enumerate(plans):
+        def r(correct, j=j, plan=plan):
+            return scalar_reward(correct, exp.cost_usd[0, j], exp.latency_s[0, j], plan.tool_counts(), pref).value
+        p = exp.p_correct[0, j]
+        assert got[j] == pytest.approx(p * r(True) + (1 - p) * r(False))
