@@ -136,7 +136,7 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
 def estimator_router(own: dict[str, str]) -> dict[str, Any]:
     """{"estimator": its script function} when asked for (own `estimator`) or when the evaluated checkpoint's run
     has a fitted router (`<run_dir>/router/`, written by an expected-value warm start); else {}."""
-    from orchestra.routing.router import EstimatorRouter, has_router
+    from orchestra.routing.router import EstimatorRouter, find_router, has_router
     from tools.retrieval.dense import embed_texts
 
     spec = own.get("estimator")
@@ -146,11 +146,8 @@ def estimator_router(own: dict[str, str]) -> dict[str, Any]:
         if not has_router(spec):
             raise SystemExit(f"estimator={spec}: no estimator router there (expected {spec}/router/estimator.json)")
         return {"estimator": EstimatorRouter.load(spec, embed_texts).script}
-    ckpt = Path(own.get("checkpoint") or "")
-    for d in (ckpt, *ckpt.parents[:3]) if own.get("checkpoint") else ():
-        if has_router(d):
-            return {"estimator": EstimatorRouter.load(d, embed_texts).script}
-    return {}
+    found = find_router(own["checkpoint"]) if own.get("checkpoint") else None
+    return {"estimator": EstimatorRouter.load(found, embed_texts).script} if found else {}
 
 
 def build(cfg: Any, own: dict[str, str]):

@@ -417,11 +417,11 @@ def router_engine(settings: ServeSettings, tok: Any, eos: list[int]) -> Any:
     if settings.policy == "model":
         return None
     from orchestra.engine.scripted import script_engine
-    from orchestra.routing.router import EstimatorRouter, has_router
+    from orchestra.routing.router import EstimatorRouter, find_router
     from tools.retrieval.dense import embed_texts
 
     where = settings.router or settings.checkpoint
-    found = next((d for d in (Path(where), *Path(where).parents[:3]) if has_router(d)), None) if where else None
+    found = find_router(where) if where else None
     if found is None:
         raise ValueError(f"policy=estimator: no estimator router under {where or '(no checkpoint or router given)'}; "
                          "train with sft.teacher=expected_value (make train does) or set router=<run dir>")

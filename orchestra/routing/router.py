@@ -80,3 +80,10 @@ class EstimatorRouter:
 def has_router(run_dir: str | Path) -> bool:
     d = Path(run_dir)
     return (d / ROUTER_DIR / "estimator.json").is_file() or (d / "estimator.json").is_file()
+
+
+def find_router(path: str | Path) -> Path | None:
+    """The run dir holding a router: `path` itself or one of its three nearest parents (a checkpoint lies in
+    `<run_dir>/checkpoints/step_N/`); None when none has one."""
+    p = Path(path)
+    return next((d for d in (p, *p.parents[:3]) if has_router(d)), None)
