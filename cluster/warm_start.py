@@ -119,3 +119,29 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                   f"router saved in {run_dir / 'router'}")
     return samples, {"explore_episodes": len(outcomes), "explore_s": explore_s, "teacher_labels": len(labels),
                      "teacher_mix": {k: dict(v) for k, v in mix.items()}}
+
+
+def warm_start_policy(cfg: Any, tool_handles: dict[str, Any], tasks: list[Task], out_dir: str | Path,
+                      console: Any) -> dict[str, float]:
+    """The warm start as the first stage of a verl job (`verl.warm_start=true`, cluster/verl_job.py): a local
+    learner actor (on `cluster.learner_gpus` devices) warm-starts the policy on the job's own tool servers, and the
+    result is written as a plain HF checkpoint (model + tokenizer, nothing else) that verl's trainer starts from."""
+    from dataclasses import replace
+
+    from cluster.progress import Bars
+    from orchestra.policy.models import load_policy_from_config
+
+    learner = launch.start_learner(cfg, name="warm-start-learner")
+    try:
+        with Bars(console) as bars:
+            report = warm_start(cfg, learner, tool_handles, tasks, bars, console)
+        _, state = ray.get(learner.get_weights.remote())
+    finally:
+        ray.kill(learner)
+    model, tok = load_policy_from_config(replace(cfg.model, device="cpu"), seed=cfg.seed)
+    model.load_state_dict(state)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    console.print(f"  warm start: {report.get('sft_samples', 0)} samples, loss {report.get('sft_loss', float('nan')):.3f}; "
+                  f"policy for verl in {out_dir}")
+    return report

@@ -132,15 +132,18 @@ def load_experiment(overrides: tuple[str, ...]) -> Any:
 
 
 @functools.lru_cache(maxsize=8)
-def ray_clients(tool_names: tuple[str, ...], timeout_s: float, namespace: str | None = None) -> tuple[Any, Any]:
-    """(tool client, reward client) over the named actors that cluster/verl_job.py started (`tool:<name>`,
-    `reward`; the job's namespace unless one is given). Cached: the tool client's schema cache is shared."""
+def ray_clients(tool_names: tuple[str, ...], timeout_s: float, namespace: str | None = None,
+                grouped: bool = True) -> tuple[Any, Any]:
+    """(tool client, reward client or None) over the named actors that cluster/verl_job.py started (`tool:<name>`,
+    and `reward` for grouped rubrics only: the scalar rubric scores in verl's reward function, and no `reward`
+    actor exists then); the job's namespace unless one is given. Cached: the tool client's schema cache is shared."""
     import ray
 
     from actors.tool_server import RayToolClient
 
     handles = {name: ray.get_actor(f"tool:{name}", namespace=namespace) for name in tool_names}
-    return RayToolClient(handles, timeout_s), ActorReward(ray.get_actor("reward", namespace=namespace))
+    reward = ActorReward(ray.get_actor("reward", namespace=namespace)) if grouped else None
+    return RayToolClient(handles, timeout_s), reward
 
 
 def _output(prompt: list[int], response: list[int], mask: list[int], logprobs: list[float], num_turns: int,
@@ -211,8 +214,9 @@ class OrchestraAgentLoop(AgentLoopBase):
 
     def _clients(self) -> tuple[Any, Any]:
         v = self.cfg.verl
-        if self.tool_client is None or (self.reward_client is None and rubric_of(self.cfg.reward.rubric).grouped):
-            tools, reward = ray_clients(tuple(self.cfg.zoo.tools), float(v.tool_timeout_s), self.namespace)
+        grouped = rubric_of(self.cfg.reward.rubric).grouped
+        if self.tool_client is None or (self.reward_client is None and grouped):
+            tools, reward = ray_clients(tuple(self.cfg.zoo.tools), float(v.tool_timeout_s), self.namespace, grouped)
             self.tool_client = self.tool_client or tools
             self.reward_client = self.reward_client or reward
         return BoundedToolClient(self.tool_client, v.tool_timeout_s, v.max_tool_response_chars), self.reward_client

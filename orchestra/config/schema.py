@@ -411,9 +411,27 @@ class VerlConfig:
     max_tool_response_chars: int = 2048
     tool_timeout_s: float = 120.0
     storage_units: int = 2  # TransferQueue SimpleStorage units; verl's default reserves 9 CPUs
-    trainer_mode: str = "separate_async"
+    # sync | colocate_async share the GPUs (hybrid engine); separate_async gives rollout its own GPUs (needs the
+    # nccl checkpoint engine: cupy, the gpu extra). colocate_async is the default: it runs on CPU in CI too.
+    trainer_mode: str = "colocate_async"
     overrides: list[str] = field(default_factory=list)  # extra raw Hydra overrides
     python: str = "/home/ray/orchestra/.venv/bin/python"  # the job's interpreter on the cluster (cluster/ kit)
+    # where checkpoints, TensorBoard logs and the staged task files go: an absolute path every node shares (the
+    # KubeRay PVC, an NFS/EFS mount). Empty: <run_dir> made absolute (one-machine runs with --here only).
+    output_dir: str = ""
+    # run the project's warm start (sft.teacher: exploration -> estimator router -> expected-value SFT, or random
+    # demonstrations) as the job's first stage, on a local learner (cluster.learner_gpus devices); verl's GRPO
+    # then starts from (and is KL-anchored to) the warm-started policy. Off: GRPO from model.name.
+    warm_start: bool = False
+    platform: str = "cuda"  # cuda | cpu (verl's own trainer on CPU: actors/verl_plugins/cpu_platform.py, CI)
+    # logical Ray GPUs / CPUs of the local cluster a `--here` run starts on platform=cpu (verl counts "GPU"s)
+    cpu_num_cpus: int = 16
+    # a run that has not finished after this many seconds stops with the cluster's free resources named (verl's
+    # placement groups wait forever without an error when a node lacks CPUs); 0: no limit
+    watchdog_s: float = 0.0
+    # per-turn generation bound used to size the reward barrier's group deadline on this backend:
+    # reward.group_deadline_s >= agent.max_turns x (verl.tool_timeout_s + verl.turn_generation_s)
+    turn_generation_s: float = 120.0
 
 
 @dataclass

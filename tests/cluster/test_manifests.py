@@ -1,14 +1,29 @@
-"""The cluster kit parses and carries what a run needs: `ray up` config, KubeRay RayJob / RayService, runtime_env."""
+"""The cluster kit parses and carries what a run needs: `ray up` config, KubeRay RayJob / RayService, runtime_env.
+
+Where Ray has its own validation, the manifests go through it: the cluster config through the autoscaler's schema,
+the RayJob's runtime env and entrypoint through the checks `ray job submit` runs, serveConfigV2 through Ray
+Serve's ServeDeploySchema. The rest pins what the GPU path needs and Ray cannot check: the code sandbox's
+container options, secrets only as node environment, an absolute output dir on storage every pod shares."""
 
 from __future__ import annotations
 
+import os
+import re
+import shlex
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from orchestra.config import load_config
 
 CLUSTER = Path(__file__).resolve().parents[2] / "cluster"
+PROJECT = "/home/ray/orchestra"  # where the image and `ray up` put the code
+RUNS_MOUNT = "/mnt/orchestra-runs"  # shared storage for verl.output_dir on every node
+KUBERAY = ["kuberay/rayjob.yaml", "kuberay/rayservice.yaml"]
+SECRET_NAME = re.compile(r"(_KEY|_KEYS|_TOKEN|_SECRET|PASSWORD)$")
+SECRET_ASSIGNMENT = re.compile(r"\b[A-Z0-9_]*(_KEY|_KEYS|_TOKEN|_SECRET|PASSWORD)\s*[:=]\s*\S")
 
 
 def load(name: str) -> dict:
@@ -17,16 +32,56 @@ def load(name: str) -> dict:
     return data
 
 
+def header(name: str) -> str:
+    """The comment block a manifest opens with."""
+    lines = (CLUSTER / name).read_text().splitlines()
+    return "\n".join(line for line in lines[: next(i for i, s in enumerate(lines) if not s.startswith("#"))])
+
+
+def ray_cluster(manifest: dict) -> dict:
+    return manifest["spec"].get("rayClusterSpec") or manifest["spec"]["rayClusterConfig"]
+
+
+def pod_specs(manifest: dict) -> list[dict]:
+    """The pod spec of the head group and of every worker group."""
+    rc = ray_cluster(manifest)
+    return [rc["headGroupSpec"]["template"]["spec"], *(g["template"]["spec"] for g in rc["workerGroupSpecs"])]
+
+
+def runtime_envs(manifest: dict) -> list[dict]:
+    """The Ray runtime envs a manifest gives: the job's, or each Serve application's."""
+    spec = manifest["spec"]
+    if "runtimeEnvYAML" in spec:
+        return [yaml.safe_load(spec["runtimeEnvYAML"])]
+    return [app.get("runtime_env") or {} for app in yaml.safe_load(spec["serveConfigV2"])["applications"]]
+
+
+def mount_claims(pod: dict) -> dict[str, str]:
+    """mountPath -> the PersistentVolumeClaim behind it, for every container of the pod."""
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+              if "persistentVolumeClaim" in v}
+    return {m["mountPath"]: claims[m["name"]] for c in pod["containers"] for m in c.get("volumeMounts", [])
+            if m["name"] in claims}
+
+
+def assert_on_shared_storage(manifest: dict, path: str) -> None:
+    """`path` is absolute and lies under one mount that every pod has, backed by the same claim."""
+    assert os.path.isabs(path) and ".." not in Path(path).parts, path
+    per_pod = [{mp: claim for mp, claim in mount_claims(pod).items() if Path(path).is_relative_to(mp)}
+               for pod in pod_specs(manifest)]
+    assert all(per_pod), f"{path} is not on a claim mounted in every pod: {per_pod}"
+    assert len({tuple(sorted(p.items())) for p in per_pod}) == 1, per_pod
+
+
 def test_ray_up_config():
     c = load("ray-cluster.yaml")
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    validate_config(prepare_config(c))  # Ray's own cluster-config schema, as `ray up` applies it
     assert c["head_node_type"] in c["available_node_types"]
     workers = [v for k, v in c["available_node_types"].items() if k != c["head_node_type"]]
     h100 = load_config(["experiment=h100_2x8"]).verl
     assert sum(w["min_workers"] for w in workers) == h100.nnodes
-    setup = c["setup_commands"]
-    torch_at = next(i for i, s in enumerate(setup) if "torch==" in s)
-    gpu_at = next(i for i, s in enumerate(setup) if "[gpu]" in s)
-    assert torch_at < gpu_at  # torch first, then the gpu extra
     venv_python = h100.python
     assert all(venv_python.replace("/python", "/ray") in cmd
                for cmd in c["head_start_ray_commands"] + c["worker_start_ray_commands"] if "ray start" in cmd)
@@ -36,25 +91,145 @@ def test_ray_up_config():
     assert any(dst.endswith("/.ray/auth_token") for dst in c["file_mounts"])
 
 
+def test_ray_up_installs_verls_vllm_set_then_flash_attn_cupy_project():
+    setup = load("ray-cluster.yaml")["setup_commands"]
+
+    def at(*needles: str) -> int:
+        hits = [i for i, s in enumerate(setup) if all(n in s for n in needles)]
+        assert len(hits) == 1, (needles, hits)
+        return hits[0]
+
+    # verl 0.9.1's vllm extra, in one pip command, so one resolve sees the whole set
+    pins = at("torch==2.11.0", "torchvision==0.26.0", "vllm==0.24.0", "transformers==5.9.0")
+    flash = at("flash-attn==2.8.3")
+    assert "--no-build-isolation" in setup[flash]  # compiled against the torch installed just before
+    cupy = at("cupy-cuda")
+    project = at("[gpu]")
+    assert pins < flash < cupy < project
+    assert not [s for i, s in enumerate(setup) if i != pins and re.search(r"\btorch==", s)]  # no second torch
+    # cupy, the image and torch 2.11.0's PyPI wheel (CUDA 13.0) share one CUDA major
+    image_cuda = re.search(r"-cu(\d+?)\d$", load("ray-cluster.yaml")["docker"]["image"])
+    cupy_cuda = re.search(r"cupy-cuda(\d+)x", setup[cupy])
+    assert image_cuda and cupy_cuda and image_cuda.group(1) == cupy_cuda.group(1) == "13"
+
+
+def test_ray_up_container_allows_the_code_sandbox():
+    opts = load("ray-cluster.yaml")["docker"]["run_options"]
+    # bubblewrap's user namespaces (seccomp), its mounts (AppArmor), its fresh /proc (unmasked system paths)
+    for opt in ["seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"]:
+        assert f"--security-opt {opt}" in opts, opt
+
+
+def fake_ray(tmp_path: Path) -> Path:
+    ray = tmp_path / "bin" / "ray"
+    ray.parent.mkdir()
+    ray.write_text(f"#!/bin/sh\nenv > {tmp_path / 'ray-env.txt'}\n")
+    ray.chmod(0o755)
+    return ray
+
+
+@pytest.mark.parametrize("which", ["head_start_ray_commands", "worker_start_ray_commands"])
+def test_ray_up_keys_reach_ray_as_node_environment(tmp_path, which):
+    """The user's env file is mounted on every node and exported before `ray start`, with or without keys."""
+    c = load("ray-cluster.yaml")
+    mounts = {dst: src for dst, src in c["file_mounts"].items() if dst.endswith("/.orchestra.env")}
+    assert mounts == {"/home/ray/.orchestra.env": "~/.orchestra.env"}  # ~ is /home/ray in the container
+    (start,) = [cmd for cmd in c[which] if "ray start" in cmd]
+    home = tmp_path / "home"
+    home.mkdir()
+    cmd = start.replace(f"{PROJECT}/.venv/bin/ray", str(fake_ray(tmp_path)))
+    run_env = {"HOME": str(home), "PATH": os.environ["PATH"]}
+    (home / ".orchestra.env").write_text("ORCHESTRA_TEST_KEY='a b'\nOTHER_TOKEN=t\n")
+    subprocess.run(["bash", "-c", cmd], env=run_env, check=True, capture_output=True, timeout=30)
+    seen = (tmp_path / "ray-env.txt").read_text().splitlines()
+    assert {"ORCHESTRA_TEST_KEY=a b", "OTHER_TOKEN=t", "RAY_AUTH_MODE=token"} <= set(seen)
+    (home / ".orchestra.env").unlink()  # no file: Ray still starts
+    (tmp_path / "ray-env.txt").unlink()
+    subprocess.run(["bash", "-c", cmd], env=run_env, check=True, capture_output=True, timeout=30)
+    assert "RAY_AUTH_MODE=token" in (tmp_path / "ray-env.txt").read_text().splitlines()
+
+
+def test_ray_up_carries_no_secret_values():
+    text = (CLUSTER / "ray-cluster.yaml").read_text()
+    code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    assert not SECRET_ASSIGNMENT.search(code)
+
+
+def test_ray_up_shared_storage_and_sync():
+    c = load("ray-cluster.yaml")
+    assert "runs/" in c["rsync_exclude"]  # local runs are never uploaded, wholesale
+    # every host mounts the shared file system and every container sees it at the same path
+    assert any("mount" in cmd and RUNS_MOUNT in cmd for cmd in c["initialization_commands"])
+    assert f"-v {RUNS_MOUNT}:{RUNS_MOUNT}" in c["docker"]["run_options"]
+    assert f"verl.output_dir={RUNS_MOUNT}/" in header("ray-cluster.yaml")
+
+
 def test_rayjob():
     j = load("kuberay/rayjob.yaml")
     assert j["apiVersion"] == "ray.io/v1" and j["kind"] == "RayJob"
     spec = j["spec"]
-    assert "-m cluster.verl_job experiment=h100_2x8 --here" in spec["entrypoint"]
-    assert load_config(["experiment=h100_2x8"]).verl.python in spec["entrypoint"]
-    assert isinstance(yaml.safe_load(spec["runtimeEnvYAML"]), dict)
+    v = load_config(["experiment=h100_2x8"]).verl
+    argv = shlex.split(spec["entrypoint"].split("&&")[-1])
+    assert argv[:4] == [v.python, "-m", "cluster.verl_job", "experiment=h100_2x8"] and argv[-1] == "--here"
     rc = spec["rayClusterSpec"]
     assert rc["authOptions"]["mode"] == "token" and rc["rayVersion"].startswith("2.60")
     (group,) = rc["workerGroupSpecs"]
     gpus = int(group["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
-    v = load_config(["experiment=h100_2x8"]).verl
     assert group["replicas"] * gpus == v.nnodes * v.gpus_per_node
-    # secrets only through a Secret reference, never literal values in the manifest
-    for pod in [rc["headGroupSpec"]["template"], group["template"]]:
-        (container,) = pod["spec"]["containers"]
-        assert container["envFrom"][0]["secretRef"]["name"] == "orchestra-secrets"
-        assert "env" not in container
-        assert any(m["mountPath"].endswith("/runs") for m in container["volumeMounts"])
+
+
+def test_rayjob_runtime_env_passes_rays_job_submission_checks():
+    """What `ray job submit` (ray/dashboard/modules/job/sdk.py submit_job) does to the runtime env, in order."""
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+    from ray.dashboard.modules.job.common import JobSubmitRequest
+    from ray.runtime_env import RuntimeEnv
+    from ray.runtime_env.runtime_env import _validate_no_local_paths
+
+    spec = load("kuberay/rayjob.yaml")["spec"]
+    env = yaml.safe_load(spec["runtimeEnvYAML"])
+    # the code baked into the image, used in place on every node: nothing to upload
+    assert env["working_dir"] == f"local://{PROJECT}"
+
+    def no_upload(*args, **kwargs):
+        raise AssertionError("a local:// working_dir is never uploaded")
+
+    env = upload_working_dir_if_needed(env, include_gitignore=True, upload_fn=no_upload)
+    checked = RuntimeEnv(**env)
+    _validate_no_local_paths(checked)
+    JobSubmitRequest(entrypoint=spec["entrypoint"], runtime_env=checked.to_dict())
+
+
+def test_rayjob_output_dir_is_absolute_on_the_claim_every_pod_mounts():
+    j = load("kuberay/rayjob.yaml")
+    argv = shlex.split(j["spec"]["entrypoint"].split("&&")[-1])
+    (out,) = [a.split("=", 1)[1] for a in argv if a.startswith("verl.output_dir=")]
+    assert out == f"{RUNS_MOUNT}/h100_2x8"
+    assert load_config(argv[3:-1]).verl.output_dir == out  # the entrypoint's overrides load as given
+    assert_on_shared_storage(j, out)
+    assert "ReadWriteMany" in header("kuberay/rayjob.yaml")  # the claim must be: every rank writes shards
+
+
+@pytest.mark.parametrize("name", KUBERAY)
+def test_kuberay_containers_allow_the_code_sandbox(name):
+    for pod in pod_specs(load(name)):
+        for container in pod["containers"]:
+            sc = container["securityContext"]
+            assert sc["seccompProfile"] == {"type": "Unconfined"}, container["name"]
+            assert sc["appArmorProfile"] == {"type": "Unconfined"}, container["name"]
+
+
+@pytest.mark.parametrize("name", KUBERAY)
+def test_kuberay_secrets_only_from_the_secret(name):
+    """Keys reach pods as node environment from the Secret, never through a runtime env, which Ray shows."""
+    m = load(name)
+    for pod in pod_specs(m):
+        for container in pod["containers"]:
+            assert container["envFrom"][0]["secretRef"]["name"] == "orchestra-secrets"
+            assert "env" not in container  # no literal values in the manifest
+    for env in runtime_envs(m):
+        assert not [k for k in env.get("env_vars", {}) if SECRET_NAME.search(k)]
+    spec = m["spec"]
+    assert not SECRET_ASSIGNMENT.search(spec.get("runtimeEnvYAML", "") + spec.get("serveConfigV2", ""))
 
 
 def test_rayservice():
@@ -68,6 +243,21 @@ def test_rayservice():
     settings = settings_from_dict(app["args"])  # the args are valid ServeSettings
     assert settings.api_keys == [] and settings.api_keys_env == "ORCHESTRA_API_KEYS"
     load_config([f"experiment={settings.experiment}", *settings.overrides])
+    assert_on_shared_storage(s, settings.checkpoint)  # the merged model, on the claim the job wrote
+
+
+def test_rayservice_passes_ray_serves_schema():
+    from ray.runtime_env import RuntimeEnv
+    from ray.serve.schema import ServeDeploySchema
+
+    serve = yaml.safe_load(load("kuberay/rayservice.yaml")["spec"]["serveConfigV2"])
+    schema = ServeDeploySchema.model_validate(serve)  # what the Serve controller accepts or rejects
+    (app,) = schema.applications
+    # the code baked into the image, in place: replicas run in it and import actors.serve.app from it
+    assert app.runtime_env["working_dir"] == f"local://{PROJECT}"
+    RuntimeEnv(**app.runtime_env)
+    (deployment,) = app.deployments
+    assert deployment.ray_actor_options.num_gpus == 1
 
 
 def test_runtime_env_file():

@@ -1,0 +1,1 @@
+"""Tests of bench/ scripts that other checks rely on."""
