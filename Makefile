@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test train serve eval demo bench lint submit clean
+.PHONY: setup test test-verl-cpu train serve eval demo bench lint submit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ setup: $(STAMP) $(SYSTEM_STAMP)
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider $(ARGS)
+
+# verl's own trainer on CPU end to end (~8 min on 2 cores): the proof that the GPU path's code runs
+test-verl-cpu: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m verl_cpu tests/cluster/test_verl_cpu.py $(ARGS)
 
 train: setup
 	$(PY) -m cluster.train $(ARGS)

@@ -160,9 +160,9 @@ class RewardActor:
             while len(self._late) > 10_000:  # bounded: forget the oldest late-arrival slots
                 self._late.pop(next(iter(self._late)))
             self._count("missing", missing)
-        self._spawn(self._score(group))
+        self._spawn(self._score(group, by_deadline))
 
-    async def _score(self, group: _Group) -> None:
+    async def _score(self, group: _Group, by_deadline: bool = False) -> None:
         trajs = [t for t, _ in group.members]
         tasks = [k for _, k in group.members]
         try:
@@ -174,8 +174,8 @@ class RewardActor:
                       for t, k in group.members]
         self._record(scored)
         for future, s in zip(group.waiters, scored, strict=True):
-            if not future.done():
-                future.set_result(s.to_dict())
+            if not future.done():  # by_deadline: scored without its missing members (the verl path logs it)
+                future.set_result({**s.to_dict(), "by_deadline": by_deadline})
 
     def _answer_late(self, traj: Trajectory, uid: str, task_id: str) -> dict[str, Any]:
         self._late[uid] -= 1

@@ -124,6 +124,10 @@ def platform_env(cfg: ExperimentConfig) -> dict[str, str]:
     """Env vars every verl process gets (Ray runtime_env): TensorBoard under the output dir; on the CPU platform
     the plugin module verl imports at start-up (verl/__init__.py:49) and the platform it selects."""
     env = {"TENSORBOARD_DIR": f"{output_dir(cfg)}/tb"}
+    if cfg.verl.trainer_mode == "separate_async":
+        # verl/trainer/ppo/v1/trainer_separate_async.py:181-185 passes print's `flush=True` to logger.info: a
+        # TypeError whenever that logger is at INFO (its default, VERL_LOGGING_LEVEL); at WARNING the call is skipped
+        env["VERL_LOGGING_LEVEL"] = "WARNING"
     if cfg.verl.platform == "cpu":
         env.update(VERL_USE_EXTERNAL_MODULES=CPU_PLUGIN, VERL_PLATFORM="cpu", OMP_NUM_THREADS="1")
     return env
@@ -206,6 +210,32 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     with watchdog(cfg.verl.watchdog_s, f"verl job {cfg.name}"):
         run_ppo(verl_cfg, task_runner_class=TaskRunnerV1)
     del actors
+    export_hf(cfg)
+
+
+def export_hf(cfg: ExperimentConfig) -> Path | None:
+    """The newest checkpoint's FSDP shards merged (verl's own model_merger) into <output_dir>/hf, a plain HF dir
+    `make serve ARGS="checkpoint=..."` loads, with the run's config beside it. Written to a temp dir, then renamed."""
+    import shutil
+
+    ckpts = Path(output_dir(cfg)) / "checkpoints"
+    tracker = ckpts / "latest_checkpointed_iteration.txt"
+    if not tracker.is_file():
+        print(f"no checkpoint under {ckpts} (checkpoint.every_steps=0?): nothing to export", file=sys.stderr)
+        return None
+    actor = ckpts / f"global_step_{tracker.read_text().strip()}" / "actor"
+    target, tmp = Path(output_dir(cfg)) / "hf", Path(output_dir(cfg)) / ".hf.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor),
+           "--target_dir", str(tmp)]
+    if subprocess.call(cmd, stdout=subprocess.DEVNULL) != 0:
+        print(f"model_merger failed on {actor}; merge by hand: {shlex.join(cmd)}", file=sys.stderr)
+        return None
+    shutil.copy(Path(stage_dir(cfg)) / "config.yaml", tmp / "orchestra_config.yaml")
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    print(f"merged {actor} -> {target} (serve it: make serve ARGS=\"checkpoint={target} experiment={cfg.name}\")")
+    return target
 
 
 def warm_start_stage(cfg: ExperimentConfig, tool_handles: dict[str, Any]) -> None:

@@ -274,7 +274,10 @@ class OrchestraAgentLoop(AgentLoopBase):
             score = float(scored["reward"] if split != "train" else scored["advantage"])
             info = {"orch_reward": float(scored["reward"]), "orch_advantage": float(scored["advantage"]),
                     "acc": float(bool(scored["correct"])), "dropped": float(bool(scored["dropped"])),
-                    "cost_usd": float(cost), "latency_s": float(latency)}
+                    "cost_usd": float(cost), "latency_s": float(latency),
+                    # the barrier's backstop at work: scored by its group deadline, or arrived after it
+                    "group_deadline": float(bool(scored.get("by_deadline"))),
+                    "late": float(scored.get("status") == "late")}
             extra["correct"] = bool(scored["correct"])
         fallback = prompter.encode([prompter.system(task), prompter.reprompt_user(task, [], [], [])],
                                    tools.schemas(task)) if not traj.turns else []

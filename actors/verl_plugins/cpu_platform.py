@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import types
 from typing import Any
 
@@ -170,14 +169,6 @@ def _dedupe_backend(init: Any) -> Any:
     return wrapper
 
 
-def _drop_flush(log: Any) -> Any:
-    @functools.wraps(log)
-    def wrapper(self: logging.Logger, *args: Any, flush: Any = None, **kwargs: Any) -> Any:
-        return log(self, *args, **kwargs)
-
-    return wrapper
-
-
 _installed = False
 
 
@@ -231,11 +222,6 @@ def install_patches() -> None:
     # (transformer_impl.py:387 imports the name inside the function, so the package attribute is replaced.)
     torch.distributed.fsdp.CPUOffload = _ResidentCPUOffload
 
-    # trainer/ppo/v1/trainer_separate_async.py:181-185 passes print's `flush=True` to logger.info, a TypeError
-    # whenever INFO is enabled (verl's default; GPUs too): drop the keyword.
-    if not getattr(logging.Logger._log, "_orchestra_cpu", False):
-        logging.Logger._log = _drop_flush(logging.Logger._log)
-        logging.Logger._log._orchestra_cpu = True
     _installed = True
 
 
