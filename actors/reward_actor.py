@@ -174,8 +174,9 @@ class RewardActor:
                       for t, k in group.members]
         self._record(scored)
         for future, s in zip(group.waiters, scored, strict=True):
-            if not future.done():  # by_deadline: scored without its missing members (the verl path logs it)
-                future.set_result({**s.to_dict(), "by_deadline": by_deadline})
+            s.by_deadline = by_deadline  # scored without its missing members (the verl path logs it)
+            if not future.done():
+                future.set_result(s.to_dict())
 
     def _answer_late(self, traj: Trajectory, uid: str, task_id: str) -> dict[str, Any]:
         self._late[uid] -= 1

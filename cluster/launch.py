@@ -154,3 +154,25 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
             zoo=zoo_dict(cfg.zoo), tau2=asdict(cfg.tau2)))
     wait_ready(cfg, [w.ready.remote() for w in workers], "rollout workers")
     return workers
+
+
+# The zoo tools that run model-written code in tools/sandbox.py (see tools/registry.py).
+CODE_TOOLS = ("python", "enhance_reasoning")
+
+
+def sandbox_preflight(cfg: ExperimentConfig) -> str | None:
+    """The code sandbox's verdict before minutes of work, as the tool servers will reach it on this host: an
+    error line when it would refuse every code call (no bubblewrap or syscall filter, no opt-in), a warning
+    line when zoo.sandbox.allow_unconfined lets code run less isolated, None when all is well or no tool of
+    the zoo runs code."""
+    if not set(CODE_TOOLS) & set(cfg.zoo.tools):
+        return None
+    from tools.sandbox import FIX, Sandbox
+
+    sandbox = Sandbox.from_config(cfg.zoo.sandbox)
+    if not sandbox.shortfall:
+        return None
+    if sandbox.allow_unconfined:
+        return (f"warning: zoo.sandbox.allow_unconfined=true: model-written code runs with WEAKER isolation: "
+                f"{sandbox.shortfall}")
+    return f"error: the code sandbox would refuse to run model-written code: {sandbox.shortfall}. To fix: {FIX}"

@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     if print_only:
         print(to_yaml(cfg))
         return 0
+    from cluster.launch import sandbox_preflight
+
     problem = sandbox_preflight(cfg)
     if problem:
         print(problem, file=sys.stderr)
@@ -60,28 +62,6 @@ RESULTS = ("heldout_reward_gain", "heldout_pref_spread", "heldout_monotone", "he
 
 def result_lines(summary: dict) -> list[str]:
     return [f"RESULT {name}={summary[name]:.4f}" for name in RESULTS if name in summary]
-
-
-# The zoo tools that run model-written code in tools/sandbox.py (see tools/registry.py).
-CODE_TOOLS = ("python", "enhance_reasoning")
-
-
-def sandbox_preflight(cfg: ExperimentConfig) -> str | None:
-    """The code sandbox's verdict before minutes of work, as the tool servers will reach it on this host: an
-    error line when it would refuse every code call (no bubblewrap or syscall filter, no opt-in), a warning
-    line when zoo.sandbox.allow_unconfined lets code run less isolated, None when all is well or no tool of
-    the zoo runs code."""
-    if not set(CODE_TOOLS) & set(cfg.zoo.tools):
-        return None
-    from tools.sandbox import FIX, Sandbox
-
-    sandbox = Sandbox.from_config(cfg.zoo.sandbox)
-    if not sandbox.shortfall:
-        return None
-    if sandbox.allow_unconfined:
-        return (f"warning: zoo.sandbox.allow_unconfined=true: model-written code runs with WEAKER isolation: "
-                f"{sandbox.shortfall}")
-    return f"error: the code sandbox would refuse to run model-written code: {sandbox.shortfall}. To fix: {FIX}"
 
 
 if __name__ == "__main__":

@@ -61,7 +61,8 @@ UNHONOURED = {
     "sft.teacher": "the warm start runs only as the job's first stage: add verl.warm_start=true",
     "algo.balance_prefs": "per-vector advantage balancing is a local-learner step (verl's GRPO does not take it)",
     "eval.presets": "held-out scoring under several presets: `make eval` on the merged checkpoint",
-    "model.lora": "LoRA: set verl's own actor_rollout_ref.model.lora_rank through verl.overrides",
+    "model.lora": "LoRA serves the warm start only (verl.warm_start=true); for GRPO set verl's own "
+                  "actor_rollout_ref.model.lora_rank through verl.overrides",
 }
 
 
@@ -73,7 +74,7 @@ def refuse_unhonoured(cfg: ExperimentConfig) -> None:
         found.append(("algo.balance_prefs", True))
     if len(cfg.eval.presets) > 1:
         found.append(("eval.presets", cfg.eval.presets))
-    if cfg.model.lora.r:
+    if cfg.model.lora.r and not cfg.verl.warm_start:
         found.append(("model.lora", f"r={cfg.model.lora.r}"))
     if found:
         key, value = found[0]

@@ -160,7 +160,7 @@ def watchdog(seconds: float, what: str):
 def prepare_here(cfg: ExperimentConfig) -> ExperimentConfig:
     """The config the job's own actors run with: `search` on the staged corpus (never silently web search), the
     reward barrier's deadline sized to the longest allowed episode. Refuses a sandbox that would refuse code."""
-    from cluster.train import sandbox_preflight
+    from cluster.launch import sandbox_preflight
 
     line = sandbox_preflight(cfg)
     if line and line.startswith("error"):

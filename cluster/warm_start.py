@@ -124,24 +124,29 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
 def warm_start_policy(cfg: Any, tool_handles: dict[str, Any], tasks: list[Task], out_dir: str | Path,
                       console: Any) -> dict[str, float]:
     """The warm start as the first stage of a verl job (`verl.warm_start=true`, cluster/verl_job.py): a local
-    learner actor (on `cluster.learner_gpus` devices) warm-starts the policy on the job's own tool servers, and the
-    result is written as a plain HF checkpoint (model + tokenizer, nothing else) that verl's trainer starts from."""
-    from dataclasses import replace
+    learner actor (on `cluster.learner_gpus` devices; LoRA adapters when model.lora.r > 0, merged at the end)
+    warm-starts the policy on the job's own tool servers, and the result is written as a plain HF checkpoint (model
+    + tokenizer; the learner's optimizer, reference and RNG files left out) that verl's trainer starts from."""
+    import shutil
 
+    from actors.learner import ADAPTER_DIR, OPTIMIZER_FILE, REF_FILE, RNG_FILE, STATE_FILE
     from cluster.progress import Bars
-    from orchestra.policy.models import load_policy_from_config
 
+    out = Path(out_dir)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
     learner = launch.start_learner(cfg, name="warm-start-learner")
     try:
         with Bars(console) as bars:
             report = warm_start(cfg, learner, tool_handles, tasks, bars, console)
-        _, state = ray.get(learner.get_weights.remote())
+        ray.get(learner.save.remote(str(tmp)))  # a peft learner writes the merged weights as model.safetensors
     finally:
-        ray.kill(learner)
-    model, tok = load_policy_from_config(replace(cfg.model, device="cpu"), seed=cfg.seed)
-    model.load_state_dict(state)
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
+        ray.kill(learner)  # its devices go back before verl places its workers
+    for name in (OPTIMIZER_FILE, RNG_FILE, STATE_FILE, REF_FILE):
+        (tmp / name).unlink(missing_ok=True)
+    shutil.rmtree(tmp / ADAPTER_DIR, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
     console.print(f"  warm start: {report.get('sft_samples', 0)} samples, loss {report.get('sft_loss', float('nan')):.3f}; "
-                  f"policy for verl in {out_dir}")
+                  f"policy for verl in {out}")
     return report

@@ -52,6 +52,7 @@ class Scored:
     rubric: str = ""
     status: str = "scored"  # scored | error (failure reward) | late (arrived after its group was scored)
     tool_counts: dict[str, int] = field(default_factory=dict)
+    by_deadline: bool = False  # its group was scored by the barrier's deadline, without its missing members
 
     @property
     def cost_usd(self) -> float:

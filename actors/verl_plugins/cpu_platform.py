@@ -23,7 +23,6 @@ import types
 from typing import Any
 
 import torch
-
 from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
 
@@ -184,9 +183,9 @@ def install_patches() -> None:
                            f"verl {verl.__version__}: re-check each patch against the new source, then update "
                            "VERL_VERSION")
     import torch.distributed.fsdp._init_utils as fsdp_init
+    from verl.utils import fsdp_utils
     from verl.workers.engine import base as engine_base
     from verl.workers.engine.fsdp import transformer_impl
-    from verl.utils import fsdp_utils
 
     # verl/utils/distributed.py:63 and :89 build "cpu:gloo,{device}:{backend}" = "cpu:gloo,cpu:gloo" here, which
     # torch rejects ("Duplicate device type cpu"): plain "gloo" is what that string means on a CPU.

@@ -21,7 +21,6 @@ import logging
 from typing import Any
 
 import ray
-
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput

@@ -48,13 +48,14 @@ async def test_missing_member_deadline_fires_then_late_arrival():
                                                 actor.submit(_episode(2, 1, False), _task(2), 3)), timeout=5)
     assert 0.25 <= time.monotonic() - start < 3
     assert [g["reward"] for g in got] == pytest.approx([1.0, 0.0]) and got[0]["advantage"] > 0
+    assert all(g["by_deadline"] for g in got)  # the verl agent loop reports these as reward_extra_info
     late = await asyncio.wait_for(actor.submit(_episode(2, 2, True), _task(2), 3), timeout=1)
     assert late["status"] == "late" and late["reward"] == -1.0 and late["advantage"] == 0.0
     report = await actor.step_report()
     assert (report["deadline_fires"], report["missing"], report["late"], report["groups_scored"]) == (1, 1, 1, 1)
     # the uid is free again: a fresh, complete group with it is scored normally
     again = await asyncio.gather(*(actor.submit(_episode(2, k, k == 0), _task(2), 2) for k in range(2)))
-    assert [g["status"] for g in again] == ["scored", "scored"]
+    assert [g["status"] for g in again] == ["scored", "scored"] and not any(g["by_deadline"] for g in again)
 
 
 async def test_errored_member_gets_failure_reward_and_scoring_failure_answers_all():

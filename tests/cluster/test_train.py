@@ -129,7 +129,8 @@ def test_train_refuses_up_front_when_the_sandbox_would(tmp_path, monkeypatch, ca
     """No bubblewrap (or no syscall filter): `make train` stops before any actor starts, saying how to fix it,
     unless zoo.sandbox.allow_unconfined opts in, which it then announces; a zoo without code tools is not held up."""
     import tools.sandbox as sandbox_mod
-    from cluster.train import main, sandbox_preflight
+    from cluster.launch import sandbox_preflight
+    from cluster.train import main
 
     monkeypatch.setattr(sandbox_mod.Sandbox, "shortfall", property(lambda self: "bwrap is not usable here"))
     assert main([*SMALL, f"run_dir={tmp_path / 'run'}"]) == 2

@@ -39,7 +39,7 @@ def test_overrides_compose_with_verls_config_and_validate(h100):
     cfg, ov = h100
     c = compose(ov)
     ar = c.actor_rollout_ref
-    assert ar.rollout.n == cfg.algo.group_size == 8 and c.data.train_batch_size == 16
+    assert ar.rollout.n == cfg.algo.group_size == 8 and c.data.train_batch_size == 18
     assert ar.actor.optim.lr == 1e-6 and (ar.actor.clip_ratio_low, ar.actor.clip_ratio_high) == (0.2, 0.28)
     assert ar.actor.use_kl_loss and ar.actor.kl_loss_type == "mse" and ar.actor.kl_loss_coef == 1e-4
     assert ar.rollout.multi_turn.max_assistant_turns == 30
@@ -50,9 +50,16 @@ def test_overrides_compose_with_verls_config_and_validate(h100):
     # the default mode starts (it runs on CPU in CI): actor and rollout share all 16 GPUs
     assert c.trainer.use_v1 and c.trainer.v1.trainer_mode == "colocate_async"
     assert (c.trainer.nnodes, c.trainer.n_gpus_per_node, ar.hybrid_engine) == (2, 8, True)
-    # toolorchestra: the agent loop hands verl finished advantages, verl must not normalise again
+    # the project's recipe: the warm-started policy (stage 1) under the output dir, paired presets kept adjacent,
+    # the scalar rubric mean-centred through verl's reward function
+    assert ar.model.path == f"{cfg.verl.output_dir}/verl/policy" and c.data.shuffle is False
     assert c.algorithm.adv_estimator == "grpo" and c.algorithm.norm_adv_by_std_in_grpo is False
-    assert c.reward.custom_reward_function.path is None
+    assert c.reward.custom_reward_function.name == "compute_score"
+    validate_verl_config(c)
+    # toolorchestra: the agent loop hands verl finished advantages, verl must not normalise again
+    over = H100 + ["reward=toolorchestra"]
+    c = compose(verl_overrides(load_config(over), over))
+    assert c.algorithm.norm_adv_by_std_in_grpo is False and c.reward.custom_reward_function.path is None
     validate_verl_config(c)
 
 
@@ -66,7 +73,7 @@ def test_overrides_fit_verls_config_schema(h100):
     rollout = omega_conf_to_dataclass(ar.rollout)
     assert isinstance(rollout, RolloutConfig) and rollout.multi_turn.max_assistant_turns == 30
     actor = omega_conf_to_dataclass(ar.actor)
-    assert isinstance(actor, FSDPActorConfig) and actor.ppo_mini_batch_size == 16
+    assert isinstance(actor, FSDPActorConfig) and actor.ppo_mini_batch_size == 18
     # (HFModelConfig is left out: building it reads the model's own config from the hub)
     with pytest.raises(Exception, match="no_such_key"):
         compose(h100[1] + ["actor_rollout_ref.rollout.no_such_key=1"])
@@ -139,9 +146,9 @@ def test_unhonoured_keys_are_refused_with_one_line():
     for key, value in [("algo.balance_prefs", "true"), ("eval.presets", "[balanced,cost-first]"),
                        ("model.lora.r", "8"), ("sft.teacher", "expected_value")]:
         with pytest.raises(ConfigError, match=key.rsplit(".r", 1)[0]):
-            verl_overrides(load_config(H100 + [f"{key}={value}"]), [])
-    # the warm start is honoured as the job's first stage
-    cfg = load_config(H100 + ["sft.teacher=expected_value", "verl.warm_start=true"])
+            verl_overrides(load_config(H100 + ["verl.warm_start=false", f"{key}={value}"]), [])
+    # the warm start (and its LoRA adapters) is honoured as the job's first stage
+    cfg = load_config(H100 + ["sft.teacher=expected_value", "verl.warm_start=true", "model.lora.r=8"])
     assert any(o.endswith("/verl/policy") for o in verl_overrides(cfg, []) if o.startswith("actor_rollout_ref.model.path"))
 
 
@@ -191,7 +198,7 @@ def test_stage_writes_what_the_job_reads(tmp_path):
 
     from orchestra.data.tasks import load_corpus, task_from_verl_row
 
-    over = H100 + [f"verl.output_dir={tmp_path}/out", "data.n_train=6", "data.n_heldout=2"]
+    over = H100 + [f"verl.output_dir={tmp_path}/out", "data.n_train=6", "data.n_heldout=2", "data.preference_pairs=''"]
     cfg = load_config(over)
     out = stage(cfg, over)
     assert out == tmp_path / "out" / "verl"
@@ -230,9 +237,9 @@ def test_the_job_searches_the_staged_corpus_and_refuses_a_broken_sandbox(tmp_pat
     assert cfg.zoo.retriever.corpus == f"{tmp_path}/verl/corpus.jsonl"
     assert not isinstance(Build(cfg.zoo).search_backend(), WebSearch)
     assert cfg.reward.group_deadline_s == group_deadline_s(load_config(H100))
-    import cluster.train as train
+    import cluster.launch as launch
 
-    monkeypatch.setattr(train, "sandbox_preflight", lambda _cfg: "error: the code sandbox would refuse: no bwrap")
+    monkeypatch.setattr(launch, "sandbox_preflight", lambda _cfg: "error: the code sandbox would refuse: no bwrap")
     with pytest.raises(ConfigError, match="sandbox"):
         prepare_here(load_config(H100 + [f"verl.output_dir={tmp_path}"]))
 
@@ -242,9 +249,9 @@ def test_the_job_holds_its_actors_and_starts_no_reward_actor_for_scalar(monkeypa
     agent loop looked up a `reward` actor that scalar runs never start."""
     src = inspect.getsource(verl_job.run_here)
     assert "actors = {" in src and src.index("run_ppo(") < src.index("del actors")
-    from actors.verl_plugins import agent_loop
-
     import ray
+
+    from actors.verl_plugins import agent_loop
 
     looked_up = []
     monkeypatch.setattr(ray, "get_actor", lambda name, namespace=None: looked_up.append(name) or object())
