@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from orchestra.config import ConfigError, ExperimentConfig, load_config, to_yaml
+from orchestra.config import ConfigError, load_config, to_yaml
 
 
 def main(argv: list[str] | None = None) -> int:
