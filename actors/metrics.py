@@ -50,6 +50,9 @@ SERIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "serve_latency_seconds": ("histogram", "Serve chat latency to the response (first byte when streaming)",
                               ("code",)),
     "serve_budget_stops_total": ("counter", "served episodes stopped by their $/seconds/turns budget", ()),
+    # the group barrier's backstop (both backends; the verl path has no driver that reads step_report())
+    "reward_barrier_total": ("counter", "reward groups scored by their deadline, and members arriving after it",
+                             ("event",)),
 }
 
 

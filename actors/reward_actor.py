@@ -30,6 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors import metrics
 from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ² (its judge)
 from orchestra.types import Task, Trajectory
 from reward.judges import LLMJudge
@@ -148,6 +149,7 @@ class RewardActor:
             self._total["deadline_fires"] += 1
             log.warning("group %s: deadline %.1fs fired with %d/%d members", group.uid, self.group_deadline_s,
                         len(group.members), group.size)
+            metrics.record("reward_barrier_total", 1.0, event="deadline_fire")
             self._close(group, by_deadline=True)
 
     def _close(self, group: _Group, by_deadline: bool) -> None:
@@ -183,6 +185,7 @@ class RewardActor:
         if self._late[uid] <= 0:
             del self._late[uid]
         self._count("late", 1)
+        metrics.record("reward_barrier_total", 1.0, event="late")
         s = failure_scored(traj, uid, task_id, self.failure_reward,
                            "arrived after its group's deadline had fired", "late", self.rubric)
         return s.to_dict()

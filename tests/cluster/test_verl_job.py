@@ -285,3 +285,15 @@ def test_submit_refuses_without_a_shared_output_dir_and_sends_no_secret(monkeypa
     assert cmd[1:3] == ["job", "submit"] and cmd[cmd.index("--address") + 1] == "http://head:8265"
     assert cmd[-2:] == [over[-1], "--here"]
     assert not (tmp_path / "shared").exists()  # the job stages on the cluster, not from here
+
+
+def test_watchdog_turns_a_silent_wait_into_an_error():
+    """verl's placement groups wait forever without an error when the cluster lacks CPUs: the job's watchdog
+    (verl.watchdog_s) stops it with a message naming the free resources."""
+    import time
+
+    with pytest.raises(TimeoutError, match="verl.watchdog_s=0.2s; free resources"):
+        with verl_job.watchdog(0.2, "verl job test"):
+            time.sleep(5)
+    with verl_job.watchdog(0, "no limit"):  # 0: off
+        pass
