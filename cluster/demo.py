@@ -47,6 +47,8 @@ def ask(client: Any, args: dict[str, str], preset: str) -> dict[str, Any]:
 
 
 def _turn_cell(call: dict[str, Any]) -> list[str]:
+    if "not run again" in (call.get("error") or ""):  # the server's repeat guard (orchestra/agent/loop.py)
+        return [f"{call['tool']} {call['tier']}", "a repeat of an earlier call: not run again, $0"]
     sim = " (simulated)" if call.get("simulated") else ""
     lines = [f"{call['tool']} {call['tier']}", f"{call.get('expert') or '-'}{sim}",
              f"${call['cost_usd']:.6f}, {call['latency_s']:.2f} s"]

@@ -70,7 +70,7 @@ def agent_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
     return {"context_mode": a.context_mode, "answer_mode": a.answer_mode, "max_turns": a.max_turns,
             "max_calls_per_turn": a.max_calls_per_turn, "max_context_tokens": a.max_context_tokens,
             "budget_usd": a.budget.usd, "budget_seconds": a.budget.seconds, "budget_turns": a.budget.turns,
-            "count_generation_latency": a.count_generation_latency}
+            "count_generation_latency": a.count_generation_latency, "repeat_guard": a.repeat_guard}
 
 
 def prompter_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:

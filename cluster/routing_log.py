@@ -2,9 +2,11 @@
 
 Reads and checks the log (layouts, fields and errors: orchestra/data/routing_log.py), prices every model, judges
 the models of a log that gives only gold answers, and writes DIR/{tasks.jsonl, replay/, zoo.yaml,
-experiment.yaml} all at once (a temporary directory renamed into place). Then, from the checkout:
+experiment.yaml, experts.yaml} all at once (a temporary directory renamed into place). Then, from the checkout:
   make train ARGS="experiment=DIR/experiment.yaml"
   make eval ARGS="experiment=DIR/experiment.yaml checkpoint=runs/<name>"
+  make serve ARGS="checkpoint=runs/<name> experts=DIR/experts.yaml"   (once experts.yaml says where each model
+  is served: a binding template, placeholders refused by name; actors/serve/binding.py)
 Prices: `--price MODEL=IN,OUT` ($ per million tokens: self-hosted or unlisted models), else genai-prices by the
 model's own name or by `--priced-as MODEL=NAME` (`provider:model` names the provider). A model without a price is
 an error, never $0. Verdicts: a model's recorded `correct`; where it is blank, its `model_answer` (else its
@@ -147,6 +149,27 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
     return {"zoo.yaml": head + zoo_note + dump(zoo), "experiment.yaml": head + exp_note + dump(exp)}
 
 
+def binding_template(log: RoutingLog, priced: dict[str, dict[str, Any]]) -> str:
+    """experts.yaml: each model of the log bound to a placeholder endpoint, for serving a run trained on the
+    replayed log against the live models (actors/serve/binding.py refuses it until the placeholders are filled)."""
+    from actors.serve.binding import PLACEHOLDER
+
+    entries: dict[str, dict[str, Any]] = {}
+    for m in log.models:
+        e: dict[str, Any] = {"base_url": f"http://{PLACEHOLDER}:8000/v1", "api_key_env": f"{PLACEHOLDER}_API_KEY",
+                             "model": priced[m]["model"]}
+        if priced[m]["explicit"]:
+            e["price_in_per_mtok"], e["price_out_per_mtok"] = priced[m]["price"]
+        entries[expert_key(m)] = e
+    head = (f"# Written by `python -m cluster.routing_log {log.path}`: where each model of the log is served, for\n"
+            "#   make serve ARGS=\"checkpoint=runs/<name> experts=<this file>\"\n"
+            "# Fill in every entry: base_url = the OpenAI-compatible endpoint (https://api.openai.com/v1, a vLLM server's\n"
+            "# http://HOST:PORT/v1, ...); api_key_env = the NAME of the environment variable holding its key (\"\" for\n"
+            "# none; never the key itself); model = the name that server knows it by. Prices: genai-prices by `model`,\n"
+            "# or price_in_per_mtok / price_out_per_mtok ($ per million tokens). Cost = the server's usage x price.\n")
+    return head + yaml.safe_dump(entries, sort_keys=False, allow_unicode=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m cluster.routing_log", description=__doc__.splitlines()[0])
     p.add_argument("log", help="routing log: .csv, .tsv, .jsonl, .json or .parquet (long or wide layout)")
@@ -174,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out).expanduser().resolve()
         name = args.name or out.name
         cost = {m: per_question_cost(log, m, priced[m]["price"]) for m in log.models}
-        files = presets(log, out, name, priced, latency, heldout, cost)
+        files = {**presets(log, out, name, priced, latency, heldout, cost),
+                 "experts.yaml": binding_template(log, priced)}
         write_outputs(log, out, files, force=args.force)
     except RoutingLogError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -186,9 +210,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {m}: accuracy {acc:.3f}, ${cost[m]:.6f} per question (priced as {priced[m]['model']})")
     oracle = mean(float(any(c.score >= 0.5 for c in q.calls.values())) for q in log.questions)
     print(f"  any model right (the oracle router's accuracy): {oracle:.3f}")
-    print(f"wrote {out}/: tasks.jsonl, replay/, zoo.yaml, experiment.yaml ({n - heldout} train / {heldout} held out)")
+    print(f"wrote {out}/: tasks.jsonl, replay/, zoo.yaml, experiment.yaml, experts.yaml ({n - heldout} train / "
+          f"{heldout} held out)")
     print(f'next: make train ARGS="experiment={out}/experiment.yaml"\n'
-          f'      make eval ARGS="experiment={out}/experiment.yaml checkpoint=runs/{name}"')
+          f'      make eval ARGS="experiment={out}/experiment.yaml checkpoint=runs/{name}"\n'
+          f'      then, to serve against the live models, fill in {out}/experts.yaml (where each one runs) and\n'
+          f'      make serve ARGS="checkpoint=runs/{name} experts={out}/experts.yaml"')
     return 0
 
 

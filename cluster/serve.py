@@ -6,6 +6,8 @@ then serves until Ctrl-C. Overrides:
   host=127.0.0.1 port=8000           HTTP address (http_options)
   replicas=N num_cpus=X num_gpus=Y   the deployment's replicas and per-replica resources
   checkpoint=... experiment=... ...   any actors.serve.api.ServeSettings field (the application args)
+  experts=FILE                        the run's experts bound to live OpenAI-compatible endpoints
+                                      (actors/serve/binding.py); checked here, before Ray starts
   model.dtype=bfloat16 ...            any other dotted key: an override of the experiment config
 `--check` validates everything and prints the resolved plan without starting Ray.
 The app itself (routes, auth, agent loop) is actors/serve/app.py; this file only knows resources and addresses.
@@ -126,6 +128,59 @@ def pick_checkpoint(args: dict[str, Any], explicit: bool) -> None:
     print(f"serving the newest trained run, {found[0]}; checkpoint=PATH picks another", file=sys.stderr)
 
 
+# What a policy was trained to read and call: served under other values it meets a prompt, a catalogue or tier
+# ids it never saw (review A5.3: a GPU checkpoint served under cpu_tiny's 6 tiers, 4 turns and 400-char documents).
+TRAINED_KEYS = ("agent.context_mode", "agent.answer_mode", "agent.max_turns", "agent.max_context_tokens",
+                "agent.doc_chars", "agent.code_chars", "agent.attempt_chars", "agent.preference_words",
+                "agent.prompt_format", "data.tiers", "zoo.tools")
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def adopt_run_config(args: dict[str, Any], explicit_experiment: bool, deployment: dict[str, Any]) -> None:
+    """A checkpoint that carries the config it was trained with (<run>/config.yaml; a verl export's
+    orchestra_config.yaml) is served as that config: prompt, tiers, turns, tools, dtype, device and engine. An
+    experiment= or override that contradicts one of TRAINED_KEYS is refused with one line. A config that runs
+    on a GPU (engine vllm or model.device cuda) gets a GPU per replica when none was asked for."""
+    from actors.serve.binding import run_config
+    from orchestra.config import load_config
+
+    saved = run_config(str(args["checkpoint"])) if args.get("checkpoint") else None
+    if saved is None:
+        return
+    saved = saved.resolve()
+    trained = load_config([f"experiment={saved}"])
+    if not explicit_experiment:
+        args["experiment"] = str(saved)
+    served = load_config([f"experiment={args.get('experiment', 'cpu_tiny')}", *args["overrides"]])
+    for key in TRAINED_KEYS:
+        if _get(served, key) != _get(trained, key):
+            raise ValueError(f"{key}={_get(served, key)!r} contradicts the checkpoint's training config "
+                             f"({saved}: {_get(trained, key)!r}); drop the override, or leave experiment= out")
+    options = deployment.setdefault("ray_actor_options", {})
+    if (served.engine.kind == "vllm" or served.model.device == "cuda") and not options.get("num_gpus"):
+        options["num_gpus"] = 1.0
+        print(f"the checkpoint's config runs on a GPU (engine {served.engine.kind}, {served.model.dtype}): one GPU "
+              "per replica (num_gpus=... picks another)", file=sys.stderr)
+
+
+def check_experts(args: dict[str, Any]) -> None:
+    """experts=FILE: refuse, naming the expert and tier, a binding that leaves a trained tier unbound (the served
+    config is the checkpoint's own by now: adopt_run_config). Raises ValueError (ConfigError) with one line."""
+    from actors.serve.binding import bind_experts
+    from orchestra.config import load_config
+
+    path = Path(str(args["experts"])).expanduser()
+    if not path.is_file():
+        raise ValueError(f"experts={args['experts']}: no such file")
+    args["experts"] = str(path.resolve())  # replicas may start in another directory
+    bind_experts(load_config([f"experiment={args.get('experiment', 'cpu_tiny')}", *args["overrides"]]), path)
+
+
 def port_free(host: str, port: int) -> bool:
     import socket
 
@@ -168,11 +223,37 @@ def usage_text(url: str, model_id: str) -> str:
             "Ctrl-C stops it.")
 
 
+def stop_on_signals() -> None:
+    """SIGINT (Ctrl-C) and SIGTERM raise KeyboardInterrupt in the main thread, wherever main() is (starting Serve
+    or serving), so its `finally` shuts Serve and Ray down and it exits 0. Set explicitly for both: Ray's own SIGTERM
+    handler exits without Serve's shutdown, and a process started in the background by a non-interactive shell
+    (`make serve &`) inherits SIGINT *ignored*, so Python never raises KeyboardInterrupt and `kill -INT` did
+    nothing. A second signal during the shutdown exits at once."""
+    import signal
+
+    def again(signum: int, frame: Any) -> None:
+        print("stopping now, without waiting for Serve and Ray", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+    def first(signum: int, frame: Any) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, again)
+        print(f"{signal.Signals(signum).name}: stopping Serve and Ray (again to stop at once)", file=sys.stderr,
+              flush=True)
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, first)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         p = plan(argv)
         pick_checkpoint(p.args, explicit=any(a.startswith("checkpoint=") for a in argv))
+        adopt_run_config(p.args, any(a.startswith("experiment=") for a in argv), p.deployment_options)
+        if p.args.get("experts"):
+            check_experts(p.args)
     except ValueError as e:
         print(f"serve config error: {e}", file=sys.stderr)
         return 2
@@ -198,12 +279,17 @@ def main(argv: list[str] | None = None) -> int:
         ray.init(address=address)
     else:  # a cluster of its own even when `ray start` left one running here (RAY_ADDRESS attaches to one)
         ray.init(address="local", include_dashboard=False)
+    stop_on_signals()  # after ray.init, which installs a SIGTERM handler of its own
     try:
         if p.args.get("tools") == "actors":  # started by the driver so they outlive any one replica
             from actors.serve.app import tool_server_handles
             from orchestra.config import load_config
 
             cfg = load_config([f"experiment={p.args.get('experiment', 'cpu_tiny')}", *p.args["overrides"]])
+            if p.args.get("experts"):  # the replicas' zoo, bound: the same actors (named by a hash of it)
+                from actors.serve.binding import bind_experts
+
+                cfg = bind_experts(cfg, p.args["experts"])
             tool_server_handles(cfg.zoo, list(cfg.zoo.tools))
         serve.start(http_options=p.http_options)
         serve.run(deployment(**p.deployment_options).bind(p.args), name=p.app_name, route_prefix=p.route_prefix)

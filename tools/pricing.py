@@ -24,8 +24,9 @@ class UnknownModelError(ConfigError):
     """A model with no price: not in genai-prices and no explicit override."""
 
 
-def _split_ref(model: str) -> tuple[str | None, str]:
-    """`provider:model` -> (provider, model) when the prefix is a genai-prices provider id; else (None, model)."""
+def split_ref(model: str) -> tuple[str | None, str]:
+    """`provider:model` -> (provider, model) when the prefix is a genai-prices provider id; else (None, model)
+    (so a served name with a colon of its own, e.g. `llama3:8b`, is left whole)."""
     if ":" in model and "/" not in model.split(":", 1)[0]:
         prefix, rest = model.split(":", 1)
         from genai_prices.data_snapshot import get_snapshot
@@ -68,7 +69,7 @@ class PriceTable:
     def _genai(self, model: str, tokens_in: int, tokens_out: int) -> float:
         from genai_prices import Usage, calc_price  # lazy: only priced calls need the table
 
-        provider, ref = _split_ref(model)
+        provider, ref = split_ref(model)
         try:
             calc = calc_price(Usage(input_tokens=int(tokens_in), output_tokens=int(tokens_out)), ref,
                               provider_id=provider)

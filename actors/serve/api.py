@@ -57,6 +57,9 @@ class ServeSettings:
     rate_limit_per_s: float = 10.0  # per API key (per client address when auth is off); 0 disables
     rate_limit_burst: int = 20
     tool_timeout_s: float = 60.0
+    # a YAML file binding the run's experts to live OpenAI-compatible endpoints (actors/serve/binding.py); empty:
+    # the experts as the experiment configures them
+    experts: str = ""
 
 
 def settings_from_dict(args: dict[str, Any] | None) -> ServeSettings:

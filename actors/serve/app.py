@@ -380,6 +380,10 @@ def build_service(settings: ServeSettings) -> OrchestraService:
     from orchestra.policy.tokenizer import eos_token_ids
 
     cfg = load_config([f"experiment={settings.experiment}", *settings.overrides])
+    if settings.experts:  # the run's experts served by live endpoints; refuses an unbound trained tier
+        from actors.serve.binding import bind_experts
+
+        cfg = bind_experts(cfg, settings.experts)
     m = cfg.model
     name = resolve_checkpoint(settings.checkpoint) if settings.checkpoint else m.name
     if cfg.engine.kind == "vllm":  # the gpu extra: vLLM loads the weights itself from a saved dir
@@ -491,6 +495,10 @@ class OrchestraServer:
             raise ValueError(f"no API keys: set {self.settings.api_keys_env or 'ORCHESTRA_API_KEYS'} (comma-separated) "
                              "or `api_keys` in conf/serve.yaml; the Serve endpoint does not run open")
         self.service = (builder or build_service)(self.settings)
+        if builder is None:  # production: offer only the tools that can work on this host
+            from actors.serve.catalogue import restrict_to_working_tools
+
+            restrict_to_working_tools(self.service, self.settings)
 
     def __serve_build_asgi_app__(self) -> Any:
         s = self.settings

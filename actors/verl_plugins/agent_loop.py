@@ -256,7 +256,7 @@ class OrchestraAgentLoop(AgentLoopBase):
                          max_turns=a.max_turns, max_calls_per_turn=a.max_calls_per_turn,
                          max_context_tokens=ctx_tokens, budget_usd=a.budget.usd, budget_seconds=a.budget.seconds,
                          budget_turns=a.budget.turns, count_generation_latency=a.count_generation_latency,
-                         eos_token_ids=self._eos_ids())
+                         eos_token_ids=self._eos_ids(), repeat_guard=a.repeat_guard)
         sampling = Sampling(max_tokens=min(cfg.sampling.max_tokens, self.response_len))
         traj = await loop.run(task, sampling, uid=uid, episode_id=f"{uid}_{session}",
                               policy_version=int(kwargs.get("global_steps", 0) or 0))

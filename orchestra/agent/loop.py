@@ -8,6 +8,11 @@ room left for a reply -> `context`; when a $ / seconds / turns budget is hit or 
 `budget` (truncated); on an engine failure -> `error`. The loop acts on ToolResult's typed signals (answer,
 documents, code_output, refused), never on its free-form meta.
 Model garbage never ends an episode: it becomes a parse-error observation for the next turn.
+Repeat guard (`repeat_guard`; on for serving, conf/serve.yaml; off in training, whose reward should see a policy
+that loops so RL learns not to): a call the episode already made (same tool and arguments; `answer` excepted) is
+not run again but recorded at $0 with meta `repeat_of_turn` and counted in meta["repeats_skipped"]; the next
+prompt ends with the opening of an `answer` call, so the policy still picks the tier (its trade-off under the
+preference), not the tool. With no answer tool (answer_mode=text) the observation asks for the answer instead.
 
 Context modes (see orchestra/agent/prompt.py): `reprompt` renders a fresh prompt per turn (each turn is its own
 training sample); `transcript` keeps one token sequence and appends observation deltas (masked from the loss).
@@ -16,6 +21,8 @@ Cost here is what tools and experts charged; the orchestrator's own tokens are p
 
 from __future__ import annotations
 
+import json
+import os
 import time
 import uuid
 from collections import Counter
@@ -35,8 +42,32 @@ class ToolClient(Protocol):
     async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult: ...
 
 
+ANSWER_TOOL = "answer"
+REPEAT_SKIPPED = "not run again"  # in a skipped repeat's error: clients (cluster/demo.py) tell the skip by it
+
+
 def _tool_names(schemas: list[dict[str, Any]]) -> list[str]:
     return [s.get("function", s).get("name", "") for s in schemas]
+
+
+def forced_answer_prefix(schemas: list[dict[str, Any]]) -> str:
+    """The opening of an answer-tool call, written as the SFT demonstrations write calls
+    (orchestra/engine/scripted.call_text), up to where the policy's own choice begins: within the tier id, after
+    what all the offered answer tiers share ("answer-"), so the policy picks among answer tiers only (left at the
+    opening quote, it once wrote a search tier there)."""
+    for s in schemas:
+        fn = s.get("function", s)
+        if fn.get("name") == ANSWER_TOOL:
+            head = f'<tool_call>{{"name": "{ANSWER_TOOL}", "arguments": {{'
+            model = fn.get("parameters", {}).get("properties", {}).get("model")
+            if model is None:
+                return head
+            return head + '"model": "' + os.path.commonprefix([str(t) for t in model.get("enum") or [""]])
+    return ""
+
+
+def _call_key(call: ToolCall) -> str:
+    return call.name + json.dumps(call.arguments, sort_keys=True, default=str)
 
 
 class AgentLoop:
@@ -44,7 +75,8 @@ class AgentLoop:
                  answer_mode: str = "tool", max_turns: int = 4, max_calls_per_turn: int = 1,
                  max_context_tokens: int = 3072, budget_usd: float | None = None,
                  budget_seconds: float | None = None, budget_turns: int | None = None,
-                 count_generation_latency: bool = False, eos_token_ids: list[int] | None = None):
+                 count_generation_latency: bool = False, eos_token_ids: list[int] | None = None,
+                 repeat_guard: bool = False):
         if context_mode not in ("reprompt", "transcript"):
             raise ValueError(f"context_mode must be reprompt or transcript, got {context_mode!r}")
         self.engine, self.tools, self.prompter = engine, tools, prompter
@@ -54,6 +86,7 @@ class AgentLoop:
         self.budget_usd, self.budget_seconds, self.budget_turns = budget_usd, budget_seconds, budget_turns
         self.count_generation_latency = count_generation_latency
         self.eos_token_ids = set(eos_token_ids or [])
+        self.repeat_guard = repeat_guard
 
     @classmethod
     def from_config(cls, agent_cfg: Any, engine: Engine, tools: ToolClient, prompter: Prompter,
@@ -64,7 +97,8 @@ class AgentLoop:
                    max_calls_per_turn=agent_cfg.max_calls_per_turn,
                    max_context_tokens=agent_cfg.max_context_tokens, budget_usd=b.usd,
                    budget_seconds=b.seconds, budget_turns=b.turns,
-                   count_generation_latency=agent_cfg.count_generation_latency, eos_token_ids=eos_token_ids)
+                   count_generation_latency=agent_cfg.count_generation_latency, eos_token_ids=eos_token_ids,
+                   repeat_guard=getattr(agent_cfg, "repeat_guard", False))
 
     async def run(self, task: Task, sampling: Sampling, uid: str = "", episode_id: str = "",
                   policy_version: int = 0, budget_usd: float | None = None, budget_seconds: float | None = None,
@@ -106,6 +140,8 @@ class _Episode:
         self.ids: list[int] = []  # transcript mode: the whole token sequence so far
         self.attempt_counts: Counter[str] = Counter()
         self.first_ids: Counter[str] = Counter()
+        self.made: dict[str, int] = {}  # repeat guard: each call made (its key) -> the turn it was made in
+        self.forcing = ""  # the answer-call opening that ends the next turn's prompt ("" when not forcing)
 
     def _emit(self, kind: str, payload: dict[str, Any]) -> None:
         if self.on_step is not None:
@@ -136,7 +172,10 @@ class _Episode:
             if self._over_budget():
                 self.traj.termination = "budget"
                 return
-            prompt_ids = self._prompt_ids()
+            prompt_ids, forced = self._prompt_ids(), self.forcing
+            if forced:  # the repeat guard's forced answer: the policy writes the rest of the call
+                prompt_ids += self.loop.prompter.tok.encode(forced, add_special_tokens=False)
+                self.forcing = ""
             room = self.loop.max_context_tokens - len(prompt_ids)
             if room < 8:
                 self.traj.termination = "context"  # out of room to act
@@ -153,7 +192,7 @@ class _Episode:
             gen = await self.loop.engine.generate(prompt_ids, sampling)
             gen_s = time.perf_counter() - start
             self.traj.gen_latency_s += gen_s
-            text = self.loop.prompter.decode(gen.token_ids)
+            text = forced + self.loop.prompter.decode(gen.token_ids)
             parsed = parse(text, self.loop.answer_mode)
             turn = Turn(prompt_ids=prompt_ids, response_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
                         tool_calls=parsed.calls[: self.loop.max_calls_per_turn], format_ok=parsed.ok,
@@ -172,9 +211,13 @@ class _Episode:
                 if len(parsed.calls) > self.loop.max_calls_per_turn:
                     observations.append(f"Note: only the first {self.loop.max_calls_per_turn} tool call(s) per "
                                         f"turn are executed; {len(parsed.calls) - len(turn.tool_calls)} ignored.")
-                first = turn.tool_calls[0].tool_id
-                self.first_ids[first] += 1
+                if self._repeat_of(turn.tool_calls[0]) is None:  # a skipped repeat uses no tool
+                    self.first_ids[turn.tool_calls[0].tool_id] += 1
                 for call in turn.tool_calls:
+                    earlier = self._repeat_of(call)
+                    if earlier is not None:
+                        observations.append(self._skip_repeat(call, turn_no, earlier))
+                        continue
                     result = await self._call(call, turn_no)
                     observations.append(self.loop.prompter.observation(result.text))
                     if result.refused:
@@ -187,7 +230,30 @@ class _Episode:
                         self.traj.termination = "budget"
                         return
             if self.loop.context_mode == "transcript":
-                self._extend_transcript(turn, observations)
+                self._extend_transcript(turn, observations, forced)
+
+    def _repeat_of(self, call: ToolCall) -> int | None:
+        """The turn that already made this call, when the repeat guard is on and it is not an answer call."""
+        if not self.loop.repeat_guard or call.name == ANSWER_TOOL:
+            return None
+        return self.made.get(_call_key(call))
+
+    def _skip_repeat(self, call: ToolCall, turn_no: int, earlier: int) -> str:
+        """Record a repeated call without running it ($0, flagged) and force an answer next; the observation."""
+        prefix = forced_answer_prefix(self.schemas)
+        then = "the answer tool is called next" if prefix else "give the final answer now"
+        args = json.dumps(call.arguments, sort_keys=True, default=str)
+        msg = f"{call.name}({args}) repeats an earlier call; {REPEAT_SKIPPED} (its result is known); {then}"
+        self._emit("tool_call", {"turn": turn_no, "name": call.name, "arguments": call.arguments})
+        result = ToolResult.failure(msg, meta={"repeat_of_turn": earlier})
+        self.traj.tool_records.append(ToolRecord(turn=turn_no, name=call.name, tool_id=call.tool_id,
+                                                 arguments=call.arguments, result=result))
+        self.traj.meta["repeats_skipped"] = self.traj.meta.get("repeats_skipped", 0) + 1
+        self.attempts.append(f"turn {turn_no + 1}: {call.name}({call.tool_id}) repeated; not run again")
+        self._emit("observation", {"turn": turn_no, "name": call.name, "text": result.text, "cost_usd": 0.0,
+                                   "latency_s": 0.0, "error": result.error})
+        self.forcing = prefix
+        return self.loop.prompter.observation(result.text)
 
     def _answer(self, answer: str, turn_no: int) -> None:
         self.traj.answer, self.traj.termination = answer, "answered"
@@ -195,6 +261,7 @@ class _Episode:
 
     async def _call(self, call: ToolCall, turn_no: int) -> ToolResult:
         self._emit("tool_call", {"turn": turn_no, "name": call.name, "arguments": call.arguments})
+        self.made.setdefault(_call_key(call), turn_no)
         if call.name not in self.names:
             result = ToolResult.failure(f"unknown tool {call.name!r}; valid tools are: {', '.join(self.names)}",
                                         meta={"unknown_tool": True})
@@ -220,11 +287,11 @@ class _Episode:
                                    "error": result.error})
         return result
 
-    def _extend_transcript(self, turn: Turn, observations: list[str]) -> None:
+    def _extend_transcript(self, turn: Turn, observations: list[str], forced: str = "") -> None:
         ids = turn.response_ids
         ended = bool(ids) and ids[-1] in self.loop.eos_token_ids
         content_ids = ids[:-1] if ended else ids
-        content = self.loop.prompter.decode(content_ids)
+        content = forced + self.loop.prompter.decode(content_ids)  # a forced opening is in the prompt ids
         emitted = self.loop.prompter.decode(ids[-1:]) if ended else ""
         new = [{"role": "tool", "content": o} for o in observations] or [{"role": "tool", "content": "(no output)"}]
         delta = self.loop.prompter.delta_ids(self.messages + [{"role": "assistant", "content": content}], new,

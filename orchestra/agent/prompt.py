@@ -12,6 +12,9 @@ to where the policy starts writing (easy to attend to for a small policy), and o
 the system turn + tool catalogue is one token prefix shared by every task and preference (cached here,
 prefilled once per batch by the HF engine).
 Tool schemas (with each tier's price and latency in the descriptions) come from the ToolClient.
+`prompt_format` other than "orchestra" renders another model's trained layout instead: "toolorchestra*" is NVIDIA's
+Orchestrator-8B's (orchestra/agent/toolorchestra_format.py: its system line, its reprompt context cut in tokens,
+its exact tool schemas, no preference text: that model was never shown one).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import re
 from typing import Any, Protocol
 
+from orchestra.agent import toolorchestra_format
 from orchestra.types import Preference, Task
 
 DEFAULT_SYSTEM = (
@@ -99,8 +103,10 @@ def _fit(items: list[str], budget: int, label: str) -> str:
 class Prompter:
     def __init__(self, tokenizer: ChatTokenizer, system_prompt: str = "", doc_chars: int = 1200,
                  code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500,
-                 preference_words: bool = False):
+                 preference_words: bool = False, prompt_format: str = "orchestra"):
         self.tok = tokenizer
+        # another model's trained layout (None: ours); the budgets above are ours and unused by it
+        self.format = None if prompt_format == "orchestra" else toolorchestra_format.variant(prompt_format)
         self.system_prompt = system_prompt or DEFAULT_SYSTEM
         self.doc_chars, self.code_chars, self.attempt_chars = doc_chars, code_chars, attempt_chars
         self.max_observation_chars = max_observation_chars
@@ -109,10 +115,13 @@ class Prompter:
 
     # ------------------------------------------------------------ messages
     def system(self, task: Task) -> dict[str, Any]:
-        return {"role": "system", "content": self.system_prompt}
+        return {"role": "system", "content": self.format.system if self.format else self.system_prompt}
 
     def reprompt_user(self, task: Task, documents: list[str], code_outputs: list[str],
                       attempts: list[str]) -> dict[str, Any]:
+        if self.format:
+            return {"role": "user", "content": toolorchestra_format.user_content(
+                self.format, self.tok, task.problem, documents, code_outputs, attempts, task.model_mapping)}
         sections = [f"Problem: {task.problem}"]
         for title, items, budget in (("Documents", documents, self.doc_chars),
                                      ("Code outputs", code_outputs, self.code_chars),
@@ -124,6 +133,8 @@ class Prompter:
         return {"role": "user", "content": "\n\n".join(sections)}
 
     def first_messages(self, task: Task) -> list[dict[str, Any]]:
+        if self.format:  # its first turn, the same in either context mode
+            return [self.system(task), self.reprompt_user(task, [], [], [])]
         return [self.system(task), {"role": "user", "content": f"{task.problem}\n\n{preference_text(task.pref, self.preference_words)}"}]
 
     def observation(self, text: str) -> str:
@@ -133,6 +144,8 @@ class Prompter:
     # ------------------------------------------------------------ tokens
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                generation_prompt: bool = True) -> str:
+        if self.format:
+            tools = toolorchestra_format.catalogue(tools)
         return self.tok.apply_chat_template(messages, tools=tools or None, tokenize=False,
                                             add_generation_prompt=generation_prompt)
 

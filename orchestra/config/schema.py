@@ -106,13 +106,20 @@ class AgentConfig:
     # the preference also in words beside its weights ("Priorities: cost high, latency low."): a few tokens a small
     # policy reads more easily than a number (orchestra.agent.prompt.preference_words)
     preference_words: bool = False
+    # a repeated tool call (same tool and arguments) is not run again and the answer tool is forced next
+    # (orchestra/agent/loop.py). Off for training (the reward should see a looping policy); conf/serve.yaml turns it on
+    repeat_guard: bool = False
+    # the prompt layout: orchestra (ours) | toolorchestra | toolorchestra_hle | toolorchestra_frames (NVIDIA's
+    # Orchestrator-8B's, orchestra/agent/toolorchestra_format.py: its own system line, token budgets and tool schemas;
+    # system_prompt, the *_chars budgets and the preference text do not apply to it)
+    prompt_format: str = "orchestra"
     budget: BudgetConfig = field(default_factory=BudgetConfig)
 
     def prompter_kwargs(self) -> dict[str, Any]:
         """orchestra.agent.prompt.Prompter's arguments: one mapping for training, evaluation and serving."""
         return {"system_prompt": self.system_prompt, "doc_chars": self.doc_chars, "code_chars": self.code_chars,
                 "attempt_chars": self.attempt_chars, "max_observation_chars": self.max_observation_chars,
-                "preference_words": self.preference_words}
+                "preference_words": self.preference_words, "prompt_format": self.prompt_format}
 
 
 # ---------------------------------------------------------------- tools and experts (the zoo)

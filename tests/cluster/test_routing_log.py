@@ -34,8 +34,8 @@ def test_the_shipped_example_trains_and_evaluates_from_a_preset_outside_conf(tmp
     rc, out, err = _convert(EXAMPLE, tmp_path / "ex")
     assert rc == 0, err
     assert "gpt-4o: accuracy 0.958" in out and "gpt-4o-mini: accuracy 0.667" in out and "oracle" in out
-    assert sorted(p.name for p in (tmp_path / "ex").iterdir()) == ["experiment.yaml", "replay", "tasks.jsonl",
-                                                                 "zoo.yaml"]
+    assert sorted(p.name for p in (tmp_path / "ex").iterdir()) == ["experiment.yaml", "experts.yaml", "replay",
+                                                                 "tasks.jsonl", "zoo.yaml"]
     cfg = load_config([f"experiment={tmp_path / 'ex' / 'experiment.yaml'}"])
     assert cfg.name == "ex" and cfg.zoo.tiers == {"answer-1": "gpt-4o", "answer-2": "gpt-4o-mini"}
     assert cfg.reward.judges["routing_log"] == "recorded" and (cfg.data.n_train, cfg.data.n_heldout) == (20, 4)

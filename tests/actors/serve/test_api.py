@@ -74,7 +74,7 @@ def test_settings_and_cli_plan():
 
     p = plan(["port=8123", "replicas=2", "checkpoint=runs/x", "model.dtype=bfloat16", "num_gpus=1"])
     assert p.http_options["port"] == 8123 and p.deployment_options["num_replicas"] == 2
-    assert p.args["checkpoint"] == "runs/x" and p.args["overrides"] == ["model.dtype=bfloat16"]
+    assert p.args["checkpoint"] == "runs/x" and p.args["overrides"] == ["agent.repeat_guard=true", "model.dtype=bfloat16"]
     assert p.deployment_options["ray_actor_options"]["num_gpus"] == 1.0
     assert p.args["experiment"] == "cpu_tiny" and p.app_name == "orchestra"
     with pytest.raises(ValueError, match="bogus"):
