@@ -1,4 +1,5 @@
-"""Benchmark: what the Serve ingress adds over the in-process agent loop, and a bounded load run.
+"""Benchmark: what the Serve ingress adds over the in-process agent loop, a bounded load run, and what router
+mode (`policy: router`) adds to the one expert call it makes.
 
 Same episode both ways: a scripted policy (tests/helpers/fakes.py ScriptedEngine, test double: one `answer` tool call,
 then done) with zero-latency fake tools, so the figures are the HTTP proxy + replica + FastAPI + JSON costs,
@@ -6,8 +7,15 @@ not model time. Measured side by side in one run:
   1./2. N pairs, alternating: OrchestraService.complete() called in-process, then the same request through
      Serve on 127.0.0.1 (auth on, HTTP keep-alive); added latency = HTTP time - in-process time per pair;
   3. load: 50 concurrent async clients on loopback, 10 requests each; every non-200 or exception is an error.
+  4. router mode, in-process, before Ray starts: N pairs, alternating, of one bare OpenAIExpert call and one
+     router-mode request (OrchestraService.complete) against the same fake OpenAI-compatible endpoint on 127.0.0.1
+     (tests/helpers/fake_openai.py) with a fixed service time; the router is an estimator fitted here on synthetic
+     outcomes over the real MiniLM features, and every request is a new problem (no embedding cache hit). Added
+     time = routed - bare per pair: embedding, the estimator's pick, the agent loop, the answer tool, the response.
 Prints `RESULT serve_overhead_p50_ms=...` (goal <= 15), `RESULT serve_overhead_p99_ms=...`,
-`RESULT serve_load_errors=...` (must be 0) and the load throughput.
+`RESULT serve_load_errors=...` (must be 0), the load throughput, `RESULT router_overhead_p50_ms=...` and
+`RESULT router_pick_p50_ms=...` (the part of it that is the router's choice: embedding + estimator).
+`--router-only` runs step 4 alone (no Ray).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 KEY = "bench-key"
 N_SEQ, CLIENTS, PER_CLIENT = 200, 50, 10
+N_ROUTER, EXPERT_S = 100, 0.02  # router-mode pairs; the fake expert's fixed service time
 BODY = {"messages": [{"role": "user", "content": "What is 2 + 2?"}], "preference": "balanced"}
 
 
@@ -95,7 +104,101 @@ async def load(url: str) -> tuple[int, int, float]:
     return errors, CLIENTS * PER_CLIENT, wall
 
 
+def router_service(base_url: str):
+    """Router mode over two OpenAI-compatible experts at `base_url` -> (service, the weak tier's expert)."""
+    import random
+
+    from actors.serve.app import OrchestraService
+    from orchestra.agent.loop import AgentLoop
+    from orchestra.agent.prompt import Prompter
+    from orchestra.routing.estimator import RouteEstimator, TaskFeatures
+    from orchestra.routing.plans import Outcome, Plan
+    from orchestra.routing.router import EstimatorRouter
+    from orchestra.types import Task
+    from tests.helpers.fakes import ByteTokenizer, ScriptedEngine, call_text
+    from tools.base import LocalToolClient
+    from tools.experts.openai import OpenAIExpert
+    from tools.orchestra_tools import AnswerTool
+    from tools.pricing import PriceTable
+    from tools.retrieval.dense import embed_texts
+
+    tiers = {"answer-1": "strong", "answer-2": "weak"}
+    plans = [Plan(t, (("answer", t),)) for t in tiers]
+    rng = random.Random(0)
+    tasks = [Task(id=f"t{i}", problem=f"{'hard' if i % 2 else 'easy'} question {i}", answer="") for i in range(40)]
+    p_right = {"answer-1": {"easy": 0.95, "hard": 0.95}, "answer-2": {"easy": 0.9, "hard": 0.3}}
+    outcomes = [Outcome(t.id, p.name, rng.random() < p_right[p.name][t.problem.split()[0]],
+                        0.02 if p.name == "answer-1" else 0.0001, 1.0) for t in tasks for p in plans]
+    features = TaskFeatures(embed_texts())  # what a served router embeds with (all-MiniLM-L6-v2)
+    router = EstimatorRouter(RouteEstimator(plans).fit(features(tasks), [t.id for t in tasks], outcomes), features,
+                             cost_scale=0.01, latency_scale=10.0)
+    experts = {name: OpenAIExpert(name, "gpt-5-mini", PriceTable(), base_url=base_url, max_tokens=64, retries=0)
+               for name in tiers.values()}
+    tok = ByteTokenizer()
+    loop = AgentLoop(ScriptedEngine(tok, [call_text("answer", model="answer-2")]),  # replaced per request
+                     LocalToolClient({"answer": AnswerTool(experts, tiers)}), Prompter(tok),
+                     eos_token_ids=[tok.eos_token_id])
+    svc = OrchestraService(loop, ["answer"], tiers, max_tokens=256,
+                           router=router.single_caller(tok, tok.eos_token_id, tiers))
+    return svc, experts["weak"]
+
+
+async def router_pairs(svc, expert, n: int, warmup: int = 10) -> tuple[list[float], list[float]]:
+    """Alternate one bare expert call and one router-mode request, each on a problem not seen before."""
+    from actors.serve.api import ChatRequest
+
+    bare, routed = [], []
+    for i in range(warmup + n):
+        problem = f"question {i}: what is {i} * 7?"
+        body = {"messages": [{"role": "user", "content": problem}], "preference": "balanced"}
+        start = time.perf_counter()
+        reply = await expert.complete([{"role": "user", "content": problem}], 64)
+        mid = time.perf_counter()
+        out = await svc.complete(svc.plan(ChatRequest.model_validate(body)))
+        end = time.perf_counter()
+        assert reply.ok and out["orchestra"]["termination"] == "answered", out["orchestra"]["trace"]
+        if i >= warmup:
+            bare.append(mid - start)
+            routed.append(end - mid)
+    return bare, routed
+
+
+def router_overhead() -> None:
+    import torch
+
+    from tests.helpers.fake_openai import FakeOpenAI
+
+    # one intra-op thread, as in a Serve replica (Ray sets OMP_NUM_THREADS to its num_cpus, 1 in conf/serve.yaml);
+    # two threads on a busy 2-core box spend most of an embedding waiting for each other
+    torch.set_num_threads(1)
+
+    def reply(_messages) -> str:
+        time.sleep(EXPERT_S)  # the expert's fixed service time
+        return "The answer is \\boxed{42}"
+
+    with FakeOpenAI(reply) as fake:
+        svc, expert = router_service(fake.base_url)
+        pick, picks = svc.router, []
+
+        def timed(task):  # the router's own share: embedding the problem + the estimator's choice
+            start = time.perf_counter()
+            engine = pick(task)
+            picks.append(time.perf_counter() - start)
+            return engine
+
+        svc.router = timed
+        bare, routed = asyncio.run(router_pairs(svc, expert, N_ROUTER))
+    added = [r - b for r, b in zip(routed, bare, strict=True)]
+    print(f"router mode: bare expert call p50 {statistics.median(bare) * 1000:.2f} ms, routed request p50 "
+          f"{statistics.median(routed) * 1000:.2f} ms (expert service time {EXPERT_S * 1000:.0f} ms, N={N_ROUTER})")
+    print(f"RESULT router_overhead_p50_ms={statistics.median(added) * 1000:.2f}")
+    print(f"RESULT router_pick_p50_ms={statistics.median(picks[-N_ROUTER:]) * 1000:.2f}")
+
+
 def main() -> None:
+    router_overhead()  # first, in-process: before Ray's processes share the CPUs
+    if "--router-only" in sys.argv:
+        return
     import ray
     from ray import serve
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,6 +194,9 @@ class ToolContext:
     code_outputs: list[str] = field(default_factory=list)
     budget_usd_left: float | None = None  # a call whose cost bound exceeds this is refused, not made
     seed: int = 0
+    # an expert's reply text as it arrives (OpenAI-compatible experts; Serve's router mode relays it to the
+    # client's SSE stream). In-process only: a callback does not cross to tool-server actors.
+    on_delta: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass

@@ -45,9 +45,14 @@ class ServeSettings:
     overrides: list[str] = field(default_factory=list)  # key=value overrides of that experiment
     checkpoint: str = ""  # training checkpoint dir or HF path; empty: the experiment's model.name
     # model: the orchestrator LLM plans every turn | estimator: the run's estimator router picks the route
-    # (orchestra/routing/; `router` = a run dir holding router/, default: the checkpoint's run)
+    # (orchestra/routing/; `router` = a run dir holding router/, default: the checkpoint's run) | router: that
+    # estimator picks one answer tier and the request is one call of it (docs/serving.md, "Router mode")
     policy: str = "model"
     router: str = ""
+    # policy=router: the answer tiers it chooses among (empty: every one the estimator has a plan for); with
+    # router_threshold, two: [strong, weak], the strong one called when P(strong correct) - P(weak correct) >= it
+    router_tiers: list[str] = field(default_factory=list)
+    router_threshold: float | None = None
     model_id: str = "orchestra"  # the name clients put in `model` (GET /v1/models)
     tools: str = "local"  # local: tools in the replica | actors: tool-server actors (RayToolClient)
     api_keys: list[str] = field(default_factory=list)  # prefer the env var; both are accepted
@@ -73,8 +78,15 @@ def settings_from_dict(args: dict[str, Any] | None) -> ServeSettings:
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "?"
         raise ValueError(f"serve settings: bad key {key!r}: {getattr(e, 'msg', str(e)).splitlines()[0]}") from None
-    if out.policy not in ("model", "estimator"):
-        raise ValueError(f"serve settings: policy must be model or estimator, got {out.policy!r}")
+    if out.policy not in ("model", "estimator", "router"):
+        raise ValueError(f"serve settings: policy must be model, estimator or router, got {out.policy!r}")
+    if (out.router_tiers or out.router_threshold is not None) and out.policy != "router":
+        raise ValueError("serve settings: router_tiers and router_threshold need policy=router")
+    if len(set(out.router_tiers)) != len(out.router_tiers):
+        raise ValueError(f"serve settings: router_tiers names a tier twice: {out.router_tiers}")
+    if out.router_threshold is not None and (len(out.router_tiers) != 2 or not -1 <= out.router_threshold <= 1):
+        raise ValueError("serve settings: router_threshold needs router_tiers=[strong,weak] (two answer tiers) "
+                         f"and a value in [-1, 1] (a difference of two probabilities), got {out.router_threshold}")
     if out.tools not in ("local", "actors"):
         raise ValueError(f"serve settings: tools must be local or actors, got {out.tools!r}")
     if out.max_request_bytes < 1024 or out.max_tokens_limit < 1:

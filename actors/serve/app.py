@@ -2,7 +2,9 @@
 
 - `OrchestraService` (plain class, no Ray): turns a validated request into one agent-loop episode (the same
   AgentLoop, chat template and parser as training), or, in raw mode (the request has `tools`), one generate
-  whose hermes tool calls come back as OpenAI `tool_calls` for clients running their own loop.
+  whose hermes tool calls come back as OpenAI `tool_calls` for clients running their own loop. Under
+  `policy: router` the episode is one expert call that the estimator router picks; the expert's reply is the
+  answer, streamed through as it arrives (docs/serving.md, "Router mode").
 - `create_api(service, ...)`: the FastAPI app: auth (Bearer keys, constant-time), per-key rate limit (429),
   body size limit (413), JSON/schema validation (400, field named), SSE streaming. Usable without Ray
   (benchmarks, unit tests) through an ASGI transport.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import logging
 import time
@@ -98,25 +101,44 @@ class OrchestraService:
         return Plan(cid, task, sampling, self._budget(req), pref, include)
 
     # ------------------------------------------------------------ orchestrated mode
-    async def _run(self, plan: Plan, on_step: Any = None) -> Trajectory:
+    async def _run(self, plan: Plan, on_step: Any = None, on_delta: Any = None) -> Trajectory:
         b = plan.budget
         warm = getattr(self.loop.tools, "aschemas", None)
         if warm is not None:  # Ray tool client: fetch schemas without blocking the replica's event loop
             await warm(plan.task)
         loop = self.loop
+        route = None
         if self.router is not None:  # the estimator router picks the whole route up front, in milliseconds
             loop = copy.copy(self.loop)
             loop.engine = self.router(plan.task)
-        return await loop.run(plan.task, plan.sampling, uid=plan.cid, episode_id=plan.cid,
-                                   budget_usd=b["usd"], budget_seconds=b["seconds"], budget_turns=b["turns"],
-                                   on_step=on_step)
+            route = getattr(loop.engine, "route", None)
+        if route is not None:  # router mode: one expert call, never a second (a failed call's error is the reply)
+            loop.max_turns = 1
+            if on_delta is not None and warm is None:  # in-process tools: the expert's text reaches the caller
+                loop.tools = _Relay(loop.tools, on_delta)
+        traj = await loop.run(plan.task, plan.sampling, uid=plan.cid, episode_id=plan.cid,
+                              budget_usd=b["usd"], budget_seconds=b["seconds"], budget_turns=b["turns"],
+                              on_step=on_step)
+        if route is not None:
+            traj.meta["route"] = route
+        return traj
 
     def _summary(self, plan: Plan, traj: Trajectory, wall_s: float) -> dict[str, Any]:
         return {"cost_usd": traj.cost_usd, "latency_s": traj.latency_s, "wall_s": round(wall_s, 6),
                 "termination": traj.termination, "turns": len(traj.turns), "budget": plan.budget,
                 "preference": plan.pref, "trace": api.trace_of(traj, plan.task.model_mapping),
-                # who chose the route: the served model, or the run's estimator router (policy=estimator)
-                "policy": "model" if self.router is None else "estimator"}
+                # who chose the route: the served model, the run's estimator router (policy=estimator), or
+                # that router picking one call (policy=router: its choice and estimates under `router`)
+                "policy": "model" if self.router is None else "router" if "route" in traj.meta else "estimator",
+                **({"router": traj.meta["route"]} if "route" in traj.meta else {})}
+
+    @staticmethod
+    def _content(traj: Trajectory, relayed: list[str]) -> str:
+        """The assistant message: router mode answers with the expert's reply as it wrote it (what a router in
+        front of one's own models passes on); otherwise, and when the call failed, the answer (api.final_text)."""
+        if relayed and traj.answer is not None and "route" in traj.meta:
+            return "".join(relayed)
+        return api.final_text(traj)
 
     @staticmethod
     def _check(traj: Trajectory) -> None:
@@ -129,24 +151,26 @@ class OrchestraService:
             raise ApiError(400, "the problem is too long for the orchestrator's context", param="messages")
 
     async def complete(self, plan: Plan) -> dict[str, Any]:
-        start = time.perf_counter()
-        traj = await self._run(plan)
+        start, relayed = time.perf_counter(), []
+        traj = await self._run(plan, on_delta=relayed.append)
         self._check(traj)
         prompt, completion = traj.policy_tokens
         log.info("completion %s: %s, %d turns, $%.6f", plan.cid, traj.termination, len(traj.turns), traj.cost_usd)
-        return api.completion(plan.cid, self.model_id, {"role": "assistant", "content": api.final_text(traj)},
+        return api.completion(plan.cid, self.model_id, {"role": "assistant", "content": self._content(traj, relayed)},
                               api.FINISH[traj.termination], api.usage(prompt, completion),
                               self._summary(plan, traj, time.perf_counter() - start))
 
     async def stream(self, plan: Plan) -> AsyncIterator[str]:
         """SSE: a role chunk, one chunk per step (tool call / observation / format error, as reasoning text
-        plus an `orchestra` object), the final answer as content, a finish chunk, optional usage, [DONE]."""
-        start = time.perf_counter()
+        plus an `orchestra` object), the final answer as content, a finish chunk, optional usage, [DONE]. In
+        router mode the expert's reply is the content, chunk by chunk as the expert streams it."""
+        start, relayed = time.perf_counter(), []
         queue: asyncio.Queue = asyncio.Queue()
 
         async def runner() -> Trajectory:
             try:
-                return await self._run(plan, on_step=lambda kind, payload: queue.put_nowait((kind, payload)))
+                return await self._run(plan, on_step=lambda kind, payload: queue.put_nowait((kind, payload)),
+                                       on_delta=lambda text: queue.put_nowait(("delta", text)))
             finally:
                 queue.put_nowait(None)
 
@@ -158,6 +182,10 @@ class OrchestraService:
                 kind, payload = item
                 if kind == "answer":
                     continue  # the answer goes out as content once the episode is over
+                if kind == "delta":  # router mode: the expert's text, passed through as it arrives
+                    relayed.append(payload)
+                    yield api.sse(api.chunk(cid, model, {"content": payload}))
+                    continue
                 yield api.sse(api.chunk(cid, model, {"reasoning_content": _step_line(kind, payload)},
                                         extra={"step": kind, **payload}))
             traj = await episode
@@ -168,7 +196,8 @@ class OrchestraService:
                 log.error("episode %s failed: %s", cid, traj.error)
                 yield api.sse({"error": {"message": "the orchestrator failed", "type": "server_error", "code": 500}})
             else:
-                yield api.sse(api.chunk(cid, model, {"content": api.final_text(traj)}))
+                if not relayed:  # else the content went out as it came
+                    yield api.sse(api.chunk(cid, model, {"content": api.final_text(traj)}))
                 yield api.sse(api.chunk(cid, model, {}, api.FINISH[traj.termination], extra=summary))
                 if plan.include_usage:
                     yield api.sse(api.chunk(cid, model, None, use=api.usage(*traj.policy_tokens)))
@@ -412,12 +441,15 @@ def build_service(settings: ServeSettings) -> OrchestraService:
     # zoo's full list would show it a catalogue it never saw and map its tier ids to other experts
     return OrchestraService(loop, list(cfg.zoo.tools), task_tiers(cfg), model_id=settings.model_id,
                             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                            max_tokens_limit=settings.max_tokens_limit, router=router_engine(settings, tok, eos))
+                            max_tokens_limit=settings.max_tokens_limit,
+                            router=router_engine(settings, tok, eos, task_tiers(cfg)))
 
 
-def router_engine(settings: ServeSettings, tok: Any, eos: list[int]) -> Any:
+def router_engine(settings: ServeSettings, tok: Any, eos: list[int], tiers: dict[str, str] | None = None) -> Any:
     """policy=estimator: task -> a scripted engine playing the route the estimator router (saved by an
-    expected-value warm start in `<run dir>/router/`) picks under the request's preference; None for the model."""
+    expected-value warm start in `<run dir>/router/`) picks under the request's preference; policy=router: one
+    `answer` call of the tier it picks (EstimatorRouter.single_caller); None for the model. `tiers`: the served
+    tier -> expert mapping."""
     if settings.policy == "model":
         return None
     from orchestra.engine.scripted import script_engine
@@ -427,10 +459,27 @@ def router_engine(settings: ServeSettings, tok: Any, eos: list[int]) -> Any:
     where = settings.router or settings.checkpoint
     found = find_router(where) if where else None
     if found is None:
-        raise ValueError(f"policy=estimator: no estimator router under {where or '(no checkpoint or router given)'}; "
-                         "train with sft.teacher=expected_value (make train does) or set router=<run dir>")
+        raise ValueError(f"policy={settings.policy}: no estimator router under "
+                         f"{where or '(no checkpoint or router given)'}; train with sft.teacher=expected_value "
+                         "(make train does) or set router=<run dir>")
     router = EstimatorRouter.load(found, embed_texts)
+    if settings.policy == "router":
+        return router.single_caller(tok, eos[0], tiers, settings.router_tiers, settings.router_threshold)
     return lambda task: script_engine(tok, router.script(task), eos[0])
+
+
+class _Relay:
+    """A ToolClient passing every call's context on with `on_delta` set (router mode: the answering expert's
+    text reaches the response as it arrives, tools/experts/openai.py)."""
+
+    def __init__(self, inner: Any, on_delta: Callable[[str], None]):
+        self.inner, self.on_delta = inner, on_delta
+
+    def __getattr__(self, name: str) -> Any:  # schemas, names ... as the wrapped client has them
+        return getattr(self.inner, name)
+
+    async def call(self, call: Any, ctx: Any) -> Any:
+        return await self.inner.call(call, dataclasses.replace(ctx, on_delta=self.on_delta))
 
 
 def _tool_client(settings: ServeSettings, cfg: Any) -> Any:

@@ -4,25 +4,46 @@ a run directory (`<run_dir>/router/`) and loaded by evaluation and the Serve app
 `EstimatorRouter.plan(task)` is the route for one request under `task.pref` (milliseconds: one sentence
 embedding, a few dot products); `script(task)` its tool-call texts for a scripted engine, so the router's
 episodes run through the same agent loop, tools and accounting as every other policy
-(orchestra/eval/runner.py `routers`, actors/serve/app.py `policy: estimator`).
-Embeddings of problems already seen are cached per process (evaluation replays each task under several
-preferences and seeds).
+(orchestra/eval/runner.py `routers`, actors/serve/app.py `policy: estimator`). Embeddings of problems already
+seen are cached per process (evaluation replays each task under several preferences and seeds).
+
+`pick_single(task, plans, threshold)` is the same estimator restricted to single-call plans (`answer <tier>`
+alone), and `single_caller(...)` its scripted engines: Serve's router mode (`policy: router`), one expert call
+per request. It picks the tier with the highest expected reward under `task.pref`, or, given a threshold and two
+plans [strong, weak], routes as RouteLLM's routers do. RouteLLM sends a request to the strong model when the
+router's score for it (there the strong model's estimated win rate over the weak one, in [0, 1]) is at least the
+threshold, so a higher threshold sends fewer requests to the strong model. The score here is
+P̂(strong correct) − P̂(weak correct), in [-1, 1]; with threshold 0 the strong model gets every request on which
+it is expected to be the more accurate.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from orchestra.routing.estimator import RouteEstimator, TaskFeatures
+from orchestra.routing.estimator import Expected, RouteEstimator, TaskFeatures, expected_reward
 from orchestra.routing.plans import Plan
 from orchestra.types import Task
 
 ROUTER_DIR = "router"
+
+
+@dataclass(frozen=True)
+class SingleCall:
+    """One request's single-call choice and the estimates behind it."""
+
+    tier: str
+    rule: str  # preference: the highest expected reward | threshold: RouteLLM's rule (module docstring)
+    # per candidate tier: p_correct, cost_usd, latency_s, expected_reward (under the request's preference)
+    estimates: dict[str, dict[str, float]]
+    margin: float | None = None  # threshold rule: P̂(strong correct) − P̂(weak correct)
+    threshold: float | None = None
 
 
 class EstimatorRouter:
@@ -52,6 +73,64 @@ class EstimatorRouter:
 
     def script(self, task: Task) -> list[str]:
         return self.plan(task).texts()
+
+    # ------------------------------------------------------------ one call (Serve's router mode)
+    def single_call_plans(self, tiers: Sequence[str] = (), final_tool: str = "answer") -> list[Plan]:
+        """The plans that are one `final_tool` call alone: those of `tiers`, in that order, or every one. A tier
+        without such a plan raises ValueError naming the ones there are."""
+        single = {p.calls[0][1]: p for p in self.estimator.plans if len(p.calls) == 1 and p.calls[0][0] == final_tool}
+        if not single:
+            raise ValueError(f"this router has no single-call plans ({final_tool} <tier> alone) to choose among")
+        unknown = [t for t in tiers if t not in single]
+        if unknown:
+            raise ValueError(f"tier(s) {unknown} are not single-call plans of this router; it has {list(single)}")
+        return [single[t] for t in tiers] if tiers else list(single.values())
+
+    def pick_single(self, task: Task, plans: Sequence[Plan], threshold: float | None = None) -> SingleCall:
+        """The tier to call for `task` among single-call `plans` (single_call_plans), with every candidate's
+        estimates; `threshold` (plans = [strong, weak]) replaces the preference by RouteLLM's rule."""
+        exp = self.estimator.expected(self._x([task]))
+        cols = [self.estimator.index[p.name] for p in plans]
+        mine = Expected(exp.p_correct[:, cols], exp.cost_usd[:, cols], exp.latency_s[:, cols])
+        ev = expected_reward(mine, plans, task.pref, self.cost_scale, self.latency_scale)[0]
+        tiers = [p.calls[-1][1] for p in plans]
+        estimates = {t: {"p_correct": float(mine.p_correct[0, j]), "cost_usd": float(mine.cost_usd[0, j]),
+                         "latency_s": float(mine.latency_s[0, j]), "expected_reward": float(ev[j])}
+                     for j, t in enumerate(tiers)}
+        if threshold is None:
+            return SingleCall(tiers[int(np.argmax(ev))], "preference", estimates)  # ties: the earlier plan
+        if len(plans) != 2:
+            raise ValueError(f"a threshold routes between two tiers [strong, weak], not {len(plans)}")
+        margin = float(mine.p_correct[0, 0] - mine.p_correct[0, 1])
+        return SingleCall(tiers[0] if margin >= threshold else tiers[1], "threshold", estimates, margin,
+                          float(threshold))
+
+    def single_caller(self, tokenizer: Any, eos_token_id: int, served: dict[str, str] | None = None,
+                      tiers: Sequence[str] = (), threshold: float | None = None) -> Callable[[Task], Any]:
+        """task -> a scripted engine making the one call `pick_single` chooses among `tiers` (all single-call
+        tiers when empty); the engine's `route` holds the choice and every candidate's estimates, with the
+        expert each tier maps to (the response's `orchestra.router` in Serve). Refuses (ValueError, naming it)
+        a tier this router has no plan for or the caller does not serve (`served`: tier -> expert)."""
+        from orchestra.engine.scripted import script_engine
+
+        plans = self.single_call_plans(tiers)
+        unserved = [p.calls[0][1] for p in plans if served is not None and p.calls[0][1] not in served]
+        if unserved:
+            raise ValueError(f"router tier(s) {unserved} are not served here (served: {sorted(served or {})}); "
+                             "bind them (experts=FILE) or choose others with router_tiers=[...]")
+        if threshold is not None and len(plans) != 2:
+            raise ValueError(f"a router threshold needs two tiers [strong, weak], got {len(plans)}")
+        by_tier = {p.calls[0][1]: p for p in plans}
+
+        def engine(task: Task) -> Any:
+            pick, mapping = self.pick_single(task, plans, threshold), task.model_mapping
+            out = script_engine(tokenizer, by_tier[pick.tier].texts(), eos_token_id)
+            out.route = {"tier": pick.tier, "model": mapping.get(pick.tier), "rule": pick.rule,
+                         "threshold": pick.threshold, "margin": pick.margin,
+                         "candidates": [{"tier": t, "model": mapping.get(t), **e} for t, e in pick.estimates.items()]}
+            return out
+
+        return engine
 
     # ------------------------------------------------------------ files
     def save(self, run_dir: str | Path) -> Path:

@@ -14,6 +14,9 @@ providers) through the openai SDK, imported lazily.
 - Cost: tokens x price (tools/pricing.py) summed over every attempt that was billed: the successful one's `usage`,
   and a stream that broke after some output at its estimated tokens. A retry after such a partial attempt asks for
   only the output tokens still left of `max_tokens`, so a call's output never exceeds what its cost bound assumed.
+- Relay: with `ctx.on_delta` set, the reply's text is handed on as it arrives (each streamed piece; a reply that
+  was not streamed, whole). A stream that breaks after a piece was handed on is final, not retried: what the
+  listener got cannot be taken back, and a retry's text would be spliced onto it.
 Failures come back as replies with `error` set, never raised. The API key is read from the env var named
 `api_key_env` at call time and never logged or returned. Building experts from a zoo is tools/registry.py's job;
 binding a trained run's experts to live endpoints is actors/serve/binding.py's.
@@ -28,6 +31,7 @@ import os
 import random
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +81,13 @@ class _Call:
     estimated: bool = False
     attempts: int = 0
     pieces: list[str] = field(default_factory=list)  # the current attempt's streamed text
+    on_delta: Callable[[str], None] | None = None  # ToolContext.on_delta: the listener of the reply's text
+    relayed: bool = False  # some text reached the listener: no retry may follow (module docstring)
+
+    def relay(self, text: str) -> None:
+        if self.on_delta is not None and text:
+            self.relayed = True
+            self.on_delta(text)
 
     def bill(self, t_in: int, t_out: int, estimated: bool) -> None:
         self.tokens_in += max(int(t_in), 0)
@@ -137,10 +148,11 @@ class OpenAIExpert(PricedExpert):
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
         msgs, limit = chat_messages(messages), int(max_tokens or self.max_tokens)
-        call, start = _Call(), time.perf_counter()
+        call, start = _Call(on_delta=ctx.on_delta if ctx is not None else None), time.perf_counter()
         try:
             async for attempt in AsyncRetrying(stop=stop_after_attempt(self.retries + 1), wait=self._wait,
-                                               retry=retry_if_exception(_retryable), reraise=True):
+                                               retry=retry_if_exception(lambda e: _retryable(e) and not call.relayed),
+                                               reraise=True):
                 with attempt:
                     text = await self._attempt(msgs, limit, call)
         except asyncio.TimeoutError:
@@ -149,6 +161,8 @@ class OpenAIExpert(PricedExpert):
         except Exception as e:
             self._bill_partial(msgs, call)
             what = str(e) if isinstance(e, _Exhausted) else self._describe(e)
+            if _retryable(e) and call.relayed:
+                return self._failure(call, start, f"{what} after part of the reply was relayed (not retried)")
             if _retryable(e):
                 return self._failure(call, start, f"{what} after {call.attempts} attempts", retryable=True)
             if type(e).__name__ in _TIMEOUTS:
@@ -245,6 +259,7 @@ class OpenAIExpert(PricedExpert):
                 delta = getattr(choice, "delta", None)
                 if delta is not None and getattr(delta, "content", None):
                     call.pieces.append(delta.content)
+                    call.relay(delta.content)
             usage = getattr(chunk, "usage", None) or usage
         text, call.pieces = "".join(call.pieces), []
         if usage is not None and usage.prompt_tokens is not None:
@@ -262,4 +277,5 @@ class OpenAIExpert(PricedExpert):
             call.bill(usage.prompt_tokens, usage.completion_tokens or 0, False)
         else:  # a server that reports no usage: estimate, and say so
             call.bill(estimate_tokens(msgs), estimate_tokens(text) - 5, True)
+        call.relay(text)  # not streamed: the listener gets the reply whole
         return text
