@@ -422,7 +422,11 @@ def build_service(settings: ServeSettings) -> OrchestraService:
         if name == "tiny":
             raise ValueError("engine.kind=vllm needs a saved checkpoint: pass checkpoint=<run or HF dir>")
         tok = load_tokenizer(name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
-        path = str(smollm2_dir(m.cache_dir)) if name == "smollm2" else name
+        from orchestra.rundir.checkpoint import servable_dir
+
+        # vLLM loads every *.safetensors of a dir: a learner checkpoint's reference weights would be mixed in
+        path = str(smollm2_dir(m.cache_dir)) if name == "smollm2" else (
+            str(servable_dir(name)) if Path(name).is_dir() else name)
         engine: Any = VLLMEngine(path, dtype=m.dtype, max_model_len=cfg.engine.max_model_len,
                                  gpu_memory_utilization=cfg.engine.gpu_memory_utilization, seed=cfg.seed)
     else:

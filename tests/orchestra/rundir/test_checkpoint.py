@@ -53,3 +53,19 @@ def test_keep_prunes_old(tmp_path):
     for step in range(1, 5):
         checkpoint.save(tmp_path, step, writer(b"x"), {}, keep=2)
     assert [p.name for p in checkpoint.candidates(tmp_path)] == ["step_000004", "step_000003"]
+
+
+def test_servable_dir_leaves_out_the_learners_reference(tmp_path):
+    """vLLM loads every *.safetensors of a dir: served as is, a learner checkpoint mixes the policy with its frozen
+    reference (ref_model.safetensors) without a word. The servable dir links the HF files only."""
+    from orchestra.rundir.checkpoint import servable_dir
+
+    learner = tmp_path / "step_000001" / "learner"
+    learner.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "ref_model.safetensors", "optimizer.pt"):
+        (learner / name).write_text(name)
+    out = servable_dir(learner)
+    assert out != learner and sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors",
+                                                                       "tokenizer.json"]
+    assert (out / "model.safetensors").read_text() == "model.safetensors"  # links to the learner's own files
+    assert servable_dir(out) == out  # a clean dir is served as it is
