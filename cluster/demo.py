@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(c.get("simulated") for r in results for c in r.get("trace", [])):
         print("note: the embedded zoo's experts are simulated (priced and timed like the real models, seconds not "
               "slept); they know no answer to a served question, so only a real tool (the sandbox) can give one. "
-              "Real experts: zoo.experts.<name>.kind=openai.")
+              "Real experts: make serve ARGS=\"checkpoint=<run> experts=FILE\" (docs/serving.md).")
     return 0
 
 
