@@ -115,7 +115,7 @@ def start_set(cfg: Any, suffix: str, n_workers: int, build_kwargs: dict[str, Any
     return handles, workers
 
 
-def run_batch(workers: list[Any], requests: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]]]:
+def run_batch(workers: list[Any], requests: list[dict[str, Any]]) -> tuple[float, list[Any]]:
     """All requests at once, dealt round-robin over the workers; (driver wall seconds, results)."""
     import ray
 
@@ -126,7 +126,7 @@ def run_batch(workers: list[Any], requests: list[dict[str, Any]]) -> tuple[float
     return time.perf_counter() - start, results
 
 
-def check(results: list[dict[str, Any]], label: str) -> dict[str, float]:
+def check(results: list[Any], label: str) -> dict[str, float]:
     """Every episode should answer after exactly the plan's calls, error-free; say so loudly if not."""
     from actors.rollout_worker import trajectory
 
@@ -196,7 +196,7 @@ def main() -> None:
             batch_wall = statistics.median(walls)
             # the slowest episodes by tool service time (deterministic sim latencies), each run alone
             by_service = sorted(batch, key=lambda r: -trajectory(r).latency_s)
-            chosen = {r["uid"] for r in by_service[: max(args.singles, 1)]}
+            chosen = {r.uid for r in by_service[: max(args.singles, 1)]}  # EpisodeResult (actors/rollout_worker.py)
             singles = []
             for req in requests:
                 if req["uid"] in chosen:
