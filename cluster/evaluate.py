@@ -240,6 +240,7 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     from orchestra.engine import Sampling
     from orchestra.engine.scripted import call_text, script_engine
     from orchestra.eval.baselines import tier_costs
+    from orchestra.jsonl import write_jsonl
     from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.preferences import parse_preference
     from orchestra.tau2.domain import domain_tasks
@@ -282,7 +283,7 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     summary = {p: summarize_tau2([r for r in records if r["policy"] == p], ks) for p in engines}
     out = Path(own.get("out") or Path(cfg.run_dir) / "eval")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_jsonl(out / "episodes.jsonl", records)
     failed = all_failed(records, hint=f" (the user simulator: tau2.user_model={cfg.tau2.user_model or '<empty>'}, "
                                       f"tau2.user_api_base={cfg.tau2.user_api_base or '<the provider default>'}, "
                                       f"key from ${cfg.tau2.user_api_key_env or 'OPENAI_API_KEY'})")

@@ -11,7 +11,6 @@ Writes DIR/tasks.jsonl, DIR/tasks.parquet, DIR/tasks.corpus.jsonl (retrieval pas
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ def run(args: dict[str, str], progress: Any = None) -> dict[str, Any]:
     from orchestra.data.synth.stages import BUILTIN, template_domain, to_tasks
     from orchestra.data.synth.template import default_tiers, generate_tasks
     from orchestra.data.tasks import save_corpus, save_tasks, save_verl_parquet
+    from orchestra.jsonl import write_jsonl
 
     mode = args.get("mode", "template")
     out = Path(args.get("out") or "data/synth")
@@ -78,9 +78,7 @@ def run(args: dict[str, str], progress: Any = None) -> dict[str, Any]:
     save_tasks(tasks, out / "tasks.parquet")
     save_corpus(corpus, out / "tasks.corpus.jsonl")
     save_verl_parquet(tasks, out / "verl.parquet")
-    with (out / "rejected.jsonl").open("w") as f:
-        for r in rejected:
-            f.write(json.dumps(r) + "\n")
+    write_jsonl(out / "rejected.jsonl", rejected)
     return {"tasks": len(tasks), "func_call": sum(t.category == "func_call" for t in tasks),
             "rejected": len(rejected), "passages": len(corpus), "out": str(out)}
 

@@ -2,7 +2,7 @@
 an import across the allowed layer edges, an import cycle between modules, a module over 600 lines, or `ray`
 imported outside actors/ and cluster/. Layers, bottom to top (a module may import its own layer and those below):
 
-  core          orchestra.{types, preferences, schema, config, agent, engine, policy, data, rundir}
+  core          orchestra.{types, preferences, schema, jsonl, config, agent, engine, policy, data, rundir}
   tools         tools.*          } side by side: neither imports the other
   reward        reward.*         }
   integrations  orchestra.eval, orchestra.tau2, orchestra.routing   (may use core, tools and reward)

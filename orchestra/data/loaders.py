@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.data.synth.template import ORCHESTRATOR_TOOLS, TaskSet
+from orchestra.jsonl import load_jsonl, loads_jsonl
 from orchestra.types import Task
 
 Rows = Iterable[dict[str, Any]]
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    """JSONL (optionally .gz), a JSON list, parquet, or a zip holding one JSON list."""
+    """JSONL (optionally .gz), a JSON list, parquet, or a zip holding one JSON list or JSONL file."""
     if not path.exists():
         raise FileNotFoundError(f"dataset file {path} does not exist")
     name = path.name.lower()
@@ -37,17 +38,18 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
             inner = [n for n in z.namelist() if n.endswith((".json", ".jsonl"))]
             if len(inner) != 1:
                 raise ValueError(f"{path}: expected one JSON file in the zip, found {inner}")
+            if inner[0].endswith(".jsonl"):
+                return loads_jsonl(z.read(inner[0]), f"{path}:{inner[0]}")
             return json.loads(z.read(inner[0]))
     if name.endswith(".parquet"):
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return load_jsonl(path)
     opener = gzip.open if name.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
-        text = f.read()
-    if name.endswith((".jsonl", ".jsonl.gz")):
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    data = json.loads(text)
+        data = json.load(f)
     if not isinstance(data, list):
         raise ValueError(f"{path}: expected a JSON list of rows")
     return data

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestra.jsonl import JSONLError, iter_jsonl, write_jsonl
 from orchestra.types import Task
 
 QUESTION_FIELDS = ("id", "prompt", "answer", "category")
@@ -101,14 +102,12 @@ def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
             return out
     if suffix == ".jsonl":
         out = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise RoutingLogError(f"routing log {path}: row {len(out) + 1} (line {n}): malformed JSON: "
-                                          f"{e.msg} at column {e.colno}") from None
+        try:
+            for n, row in iter_jsonl(path):
                 out.append((f"row {len(out) + 1} (line {n})", row))
+        except JSONLError as e:
+            raise RoutingLogError(f"routing log {path}: row {len(out) + 1} (line {e.lineno}): malformed JSON: "
+                                  f"{e.msg} at column {e.colno}") from None
         return out
     if suffix == ".json":
         try:
@@ -297,13 +296,9 @@ def write_outputs(log: RoutingLog, out: str | Path, files: dict[str, str], force
     try:
         (tmp / "replay").mkdir()
         name = out.name
-        with (tmp / "tasks.jsonl").open("w", encoding="utf-8") as f:
-            for q in log.questions:
-                f.write(json.dumps(task_of(q, name).to_dict(), ensure_ascii=False) + "\n")
+        write_jsonl(tmp / "tasks.jsonl", (task_of(q, name).to_dict() for q in log.questions))
         for m in log.models:
-            with (tmp / "replay" / f"{expert_key(m)}.jsonl").open("w", encoding="utf-8") as f:
-                for q in log.questions:
-                    f.write(json.dumps(replay_row(q, q.calls[m]), ensure_ascii=False) + "\n")
+            write_jsonl(tmp / "replay" / f"{expert_key(m)}.jsonl", (replay_row(q, q.calls[m]) for q in log.questions))
         for fname, text in files.items():
             (tmp / fname).write_text(text, encoding="utf-8")
         old = None

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from orchestra.jsonl import load_jsonl, write_jsonl
 from orchestra.types import Task
 
 _JSON_FIELDS = ("tools", "model_mapping", "pricing", "pref", "meta")
@@ -35,9 +36,7 @@ def save_tasks(tasks: list[Task], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = [t.to_dict() for t in tasks]
     if suffix == ".jsonl":
-        with path.open("w") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        write_jsonl(path, rows)
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -55,14 +54,7 @@ def load_tasks(path: str | Path) -> list[Task]:
     if not path.is_file():
         raise FileNotFoundError(f"task file {path} does not exist")
     if suffix == ".jsonl":
-        rows = []
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not JSON ({e})") from None
+        rows = load_jsonl(path)  # a bad line: ValueError `path:line: not JSON (...)`
     else:
         import pyarrow.parquet as pq
 
@@ -81,15 +73,11 @@ def load_tasks(path: str | Path) -> list[Task]:
 def save_corpus(passages: list[dict[str, str]], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for p in passages:
-            f.write(json.dumps({"id": p["id"], "title": p.get("title", ""), "text": p["text"]},
-                               ensure_ascii=False) + "\n")
-    return path
+    return write_jsonl(path, ({"id": p["id"], "title": p.get("title", ""), "text": p["text"]} for p in passages))
 
 
 def load_corpus(path: str | Path) -> list[dict[str, str]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return load_jsonl(path)
 
 
 # ---------------------------------------------------------------- verl rows

@@ -13,7 +13,6 @@ writing files is cluster/evaluate.py's job.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from orchestra.agent.prompt import Prompter
 from orchestra.engine import Engine, Sampling
 from orchestra.engine.scripted import script_engine
 from orchestra.eval.baselines import baseline_script
+from orchestra.jsonl import JsonlWriter, read_jsonl
 from orchestra.types import Task, Trajectory
 
 
@@ -41,11 +41,7 @@ def load_done(path: str | Path | None) -> dict[str, dict[str, Any]]:
     """Records already in a results JSONL (a torn last line from a crash is ignored)."""
     done: dict[str, dict[str, Any]] = {}
     if path and Path(path).is_file():
-        for line in Path(path).read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for r in read_jsonl(path, skip_bad=True):
             done[episode_key(r["policy"], r["preference"], r["seed"], r["task_id"])] = r
     return done
 
@@ -126,7 +122,7 @@ class Evaluator:
         sem = asyncio.Semaphore(self.concurrency)
         if self.results_path:
             self.results_path.parent.mkdir(parents=True, exist_ok=True)
-        sink = self.results_path.open("a") if self.results_path else None
+        sink = JsonlWriter(self.results_path, append=True, default=str) if self.results_path else None
         out = [done[episode_key(j[0], j[1], j[3], j[4].id)] for j in jobs
                if episode_key(j[0], j[1], j[3], j[4].id) in done]
 
@@ -134,8 +130,7 @@ class Evaluator:
             async with sem:
                 rec = await self._episode(*job)
             if sink is not None:
-                sink.write(json.dumps(rec, default=str) + "\n")
-                sink.flush()
+                sink.write(rec)  # a whole line, flushed: a crash loses at most the line being written
             if on_episode is not None:
                 on_episode(rec)
             return rec

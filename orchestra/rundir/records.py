@@ -24,6 +24,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from orchestra.jsonl import load_jsonl, write_jsonl
+
 SEED_BITS = 40  # the agent loop derives turn seeds as seed * 1_000_003 + turn: stays below torch's 2**64
 
 
@@ -96,8 +98,7 @@ class EpisodeLog:
 
     def write(self, name: str, records: list[dict[str, Any]]) -> Path:
         path = self.dir / f"{name}.jsonl"
-        _write_atomic(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
-        return path
+        return write_jsonl(path, records, atomic=True, compact=True)
 
 
 def save_weights(run_dir: str | Path, version: int, state_dict: dict[str, Any]) -> Path:
@@ -116,7 +117,7 @@ def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
     """Every record of a run, in file order (eval files and steps by name)."""
     out: list[dict[str, Any]] = []
     for path in sorted(episodes_dir(run_dir).glob("*.jsonl")):
-        out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out += load_jsonl(path)
     return out
 
 

@@ -7,12 +7,13 @@ never keys) are written.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 from pathlib import Path
 from typing import Any
+
+from orchestra.jsonl import JsonlWriter, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class Tracker:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "metrics.jsonl"
-        self._file = open(self.path, "a" if resume else "w")
+        self._file = JsonlWriter(self.path, append=resume, default=float)
         self._tb = None
         if tensorboard:
             try:
@@ -55,8 +56,7 @@ class Tracker:
 
     def log(self, step: int, metrics: dict[str, Any], kind: str = "train") -> None:
         record = {"step": step, "kind": kind, **metrics}
-        self._file.write(json.dumps(record, default=float) + "\n")
-        self._file.flush()
+        self._file.write(record)  # a whole line, flushed
         flat = _scalars(metrics, f"{kind}/")
         if self._tb is not None:
             for key, value in flat.items():
@@ -77,11 +77,7 @@ def read_metrics(path: str | Path, kind: str | None = None) -> list[dict[str, An
     """Records of a metrics.jsonl; on resume a step may appear twice: the last record of a step wins.
     A torn last line (a crash mid-write) is skipped."""
     by_key: dict[tuple[str, int], dict[str, Any]] = {}
-    for line in Path(path).read_text().splitlines():
-        try:
-            rec = json.loads(line) if line.strip() else None
-        except json.JSONDecodeError:
-            continue
+    for rec in read_jsonl(path, skip_bad=True):
         if isinstance(rec, dict) and "step" in rec:
             if kind is None or rec.get("kind") == kind:
                 by_key[(rec.get("kind", ""), rec["step"])] = rec

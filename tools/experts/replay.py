@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import ConfigError
+from orchestra.jsonl import JSONLError, iter_jsonl
 from orchestra.types import ToolContext
 from tools.experts.base import ExpertReply, PricedExpert, estimate_tokens
 from tools.pricing import PriceTable
@@ -66,7 +67,7 @@ def _mmlu_pro_rows(path: Path) -> list[dict[str, Any]]:
             if len(names) != 1:
                 raise ConfigError(f"{path}: expected one .json file in the zip, found {names}")
             return json.loads(z.read(names[0]))
-    return json.loads(path.read_text())
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _mmlu_pro(path: Path) -> dict[str, ReplayRecord]:
@@ -85,14 +86,8 @@ def _mmlu_pro(path: Path) -> dict[str, ReplayRecord]:
 def _router_arena(path: Path) -> dict[str, ReplayRecord]:
     """RouterArena rows (and what cluster/routing_log.py writes); a bad row is a ConfigError naming file, line, field."""
     out = {}
-    with path.open() as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"replay file {path}: line {n}: malformed JSON ({e.msg})") from None
+    try:
+        for n, row in iter_jsonl(path):
             if not isinstance(row, dict) or row.get("global_index") in (None, ""):
                 raise ConfigError(f"replay file {path}: line {n}: field 'global_index' (the question id) is missing")
             if str(row["global_index"]) in out:
@@ -108,6 +103,8 @@ def _router_arena(path: Path) -> dict[str, ReplayRecord]:
                 correct=score >= 0.5, prompt_chars=len(row.get("question", "")), score=score,
                 tokens_in=usage.get("input_tokens"), tokens_out=usage.get("output_tokens"),
                 cost_usd=ev.get("inference_cost"))
+    except JSONLError as e:
+        raise ConfigError(f"replay file {path}: line {e.lineno}: malformed JSON ({e.msg})") from None
     return out
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from orchestra.jsonl import JSONLError, iter_jsonl, load_jsonl, write_jsonl
+
 Passage = dict[str, str]  # {id, title, text}
 
 
@@ -53,12 +55,8 @@ def atomic_write(path: Path, write: Callable[[str], None]) -> None:
 
 
 def write_index_meta(out: Path, passages: list[Passage], info: dict[str, Any]) -> None:
-    def meta(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for p in passages:
-                f.write(json.dumps({"id": p["id"], "title": p["title"], "text": p["text"]}, ensure_ascii=False) + "\n")
-
-    atomic_write(out / "meta.jsonl", meta)
+    write_jsonl(out / "meta.jsonl", ({"id": p["id"], "title": p["title"], "text": p["text"]} for p in passages),
+                atomic=True)
     atomic_write(out / "info.json", lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1)))
 
 
@@ -69,7 +67,7 @@ def read_index_meta(index_dir: Path, kind: str) -> tuple[list[Passage], dict[str
     info = json.loads(info_path.read_text())
     if info.get("kind") != kind:
         raise ValueError(f"{index_dir} holds a {info.get('kind')!r} index, not {kind!r}")
-    passages = [json.loads(line) for line in (index_dir / "meta.jsonl").read_text(encoding="utf-8").splitlines()]
+    passages = load_jsonl(index_dir / "meta.jsonl")
     if len(passages) != info["count"]:
         raise ValueError(f"{index_dir}: meta.jsonl has {len(passages)} passages, info.json says {info['count']}")
     return passages, info
@@ -105,14 +103,10 @@ def doc_text(p: Passage) -> str:
 
 
 def _jsonl_rows(path: Path) -> list[tuple[str, Any]]:
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append((f"line {n}", json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {n}: not valid JSON ({e.msg})") from None
-    return rows
+    try:
+        return [(f"line {n}", row) for n, row in iter_jsonl(path)]
+    except JSONLError as e:
+        raise ValueError(f"{path} line {e.lineno}: not valid JSON ({e.msg})") from None
 
 
 def load_passages(source: str | Path | list[dict[str, Any]]) -> list[Passage]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestra.jsonl import JSONLError, iter_jsonl
 from tools.retrieval.corpus import Hit, Passage
 
 GOLD_FIELDS = ("supporting_ids", "supporting_titles", "supporting_facts")
@@ -41,19 +42,13 @@ def mean_recall(questions: Sequence[Question], rows: Sequence[Sequence[Hit]], k:
 
 def _rows(path: Path) -> list[tuple[str, Any]]:
     """(where, row) pairs; `where` names the row as a reader of the file would find it."""
-    text = path.read_text(encoding="utf-8")
     if path.suffix == ".jsonl":
-        out = []
-        for n, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                out.append((f"line {n}", json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {n}: not valid JSON ({e.msg})") from None
-        return out
+        try:
+            return [(f"line {n}", row) for n, row in iter_jsonl(path)]
+        except JSONLError as e:
+            raise ValueError(f"{path} line {e.lineno}: not valid JSON ({e.msg})") from None
     try:
-        data = json.loads(text)
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} line {e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(data, list):
