@@ -21,7 +21,10 @@ under the accuracy-first / balanced / cost-first / latency-first presets beside 
   RESULT quality_match_strongest_cost_ratio=...  lowest sweep-point $ ÷ always-strongest $ among points at least
                                    as accurate as always-strongest (inf: none is)
 and the same figures for the estimator router the run fitted (`quality_estimator_*`; orchestra/routing/), which
-is evaluated beside the orchestrator whenever the run has one.
+is evaluated beside the orchestrator whenever the run has one; on replay zoos RouteLLM's yardstick
+(`quality_yardstick_*`, cluster/evaluate.py `yardstick`, docs/quality.md): APGR and CPT(20/50/80 %) of the
+estimator router and of the orchestrator's operating points (presets and sweep), on the strong-call share for two
+models and on $ for more (`yardstick_usd_*`), plus the oracle's APGR.
 Reports (JSON, markdown, plots) land in <run dir>/quality/.
 It also prints (INFO, not a RESULT) the family-router bound (orchestra/eval/routing_bound.py): the best accuracy a
 router that picks one route per task family (MMLU-Pro: subject), chosen in hindsight, could reach at 35 % of
@@ -50,8 +53,10 @@ def has_checkpoint(run_dir: Path) -> bool:
 
 def figures(experiment: str, run_dir: Path, n: int, seeds: int, train: bool) -> dict[str, float] | None:
     from cluster.evaluate import build
+    from cluster.yardstick import yardstick
     from orchestra.config import load_config
     from orchestra.eval.report import write_report
+    from orchestra.eval.runner import load_done
     from orchestra.eval.tool_bands import catalogue_ids
 
     if not has_checkpoint(run_dir):
@@ -72,6 +77,9 @@ def figures(experiment: str, run_dir: Path, n: int, seeds: int, train: bool) -> 
     print((out / "report.md").read_text(), flush=True)
     quality = dict(report.get("quality") or {})
     quality.update(sweep(ev, tasks, policies, seed_list, report))
+    # RouteLLM's yardstick (replay zoos): the presets' and the sweep's episodes are the policy's operating points
+    done = [r for r in load_done(ev.results_path).values() if r["seed"] in seed_list]
+    quality.update(yardstick(cfg, tasks, done, ev.routers, out))
     family_bounds(cfg, ev, tasks, seed_list, report)
     per_question(cfg, tasks, records)
     return quality
@@ -218,6 +226,8 @@ def main(argv: list[str]) -> int:
                      "estimator_acc_first_gap", "estimator_adherence", "estimator_match_strongest_cost_ratio"):
             if name in q:
                 print(f"RESULT {prefix}{name}={q[name]:.4f}", flush=True)
+        for name in sorted(k for k in q if k.startswith("yardstick_")):
+            print(f"RESULT {prefix}{name}={q[name]:.4f}", flush=True)
     return 0
 
 

@@ -1,7 +1,9 @@
 """`python -m cluster.evaluate [checkpoint=...] [dataset=...] [preference=...] [seeds=k] [key=value ...]`
 
 Runs the orchestrator and the baselines over a held-out task set and writes report.json / report.md /
-pareto.png / tool_mix.png plus episodes.jsonl (resumable: rerun the same command to finish a broken run).
+pareto.png / tool_mix.png plus episodes.jsonl (resumable: rerun the same command to finish a broken run); on
+replay zoos (a routing log) also RouteLLM's yardstick, yardstick.json / yardstick.png and `RESULT yardstick_*`
+lines (cluster/yardstick.py; orchestra/eval/yardstick.py, docs/quality.md).
 Own keys (everything else is a config override, e.g. experiment=mmlu_pro_replay or agent.max_turns=3):
   checkpoint  run dir (newest good checkpoint), checkpoint dir, or HF model dir; empty (`checkpoint=`): the
               baselines alone; not given: the run beside run_dir with the newest good checkpoint, in the
@@ -365,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     report = write_report(records, out, meta=meta, plots=cfg.log.plots,
                           catalogue=catalogue_ids(tasks, cfg.zoo.tiers))
     console.print((out / "report.md").read_text())
+    from cluster.yardstick import yardstick
+
+    for name, value in yardstick(cfg, tasks, records, ev.routers, out, plots=cfg.log.plots).items():
+        print(f"RESULT {name}={value:.4f}")  # RouteLLM's yardstick on replay zoos (orchestra/eval/yardstick.py)
     if "quality" in report:
         console.print(f"quality: {report['quality']}")
     console.print(f"report: {out / 'report.json'}")

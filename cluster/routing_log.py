@@ -4,14 +4,21 @@ Reads and checks the log (layouts, fields and errors: orchestra/data/routing_log
 the models of a log that gives only gold answers, and writes DIR/{tasks.jsonl, replay/, zoo.yaml,
 experiment.yaml, experts.yaml} all at once (a temporary directory renamed into place). Then, from the checkout:
   make train ARGS="experiment=DIR/experiment.yaml"
-  make eval ARGS="experiment=DIR/experiment.yaml checkpoint=runs/<name>"
+  make eval ARGS="experiment=DIR/experiment.yaml checkpoint=runs/<name> preference=all"   (every preset)
   make serve ARGS="checkpoint=runs/<name> experts=DIR/experts.yaml"   (once experts.yaml says where each model
   is served: a binding template, placeholders refused by name; actors/serve/binding.py)
 Prices: `--price MODEL=IN,OUT` ($ per million tokens: self-hosted or unlisted models), else genai-prices by the
 model's own name or by `--priced-as MODEL=NAME` (`provider:model` names the provider). A model without a price is
 an error, never $0. Verdicts: a model's recorded `correct`; where it is blank, its `model_answer` (else its
 response) judged against the gold answer by `--judge` (reward/judges.py). Training judges episodes by those
-recorded verdicts (the `recorded` judge), so the policy is scored exactly as the log scored the models.
+recorded verdicts (the `recorded` judge), so the policy is scored exactly as the log scored the models; a log of
+verdicts without response text is read too (the replay experts answer with a marker text, their $ counts the
+prompt's tokens only where the log records none).
+Layouts are found from the columns (long, `<model>|<field>`, RouteLLM's `<model>` + `<model>_response`, or bare
+true/false verdict columns); `--models A,B` names the model columns where they can't be found. `--family-column NAME`
+(else a column named category, family, subject or domain) is the task family: per-family reports, and the routers'
+family feature (router.meta_keys) when there are two or more families. `--exclude FILE` drops the questions whose
+id or prompt it lists (read_exclusions below), e.g. contaminated prompts.
 Bad input exits 2 with one line naming the file, the row and the field, and writes nothing.
 """
 
@@ -20,17 +27,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections import Counter
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
 import yaml
 
-from orchestra.data.routing_log import RoutingLog, RoutingLogError, expert_key, read_log, write_outputs
+from orchestra.data.routing_log import (
+    RoutingLog,
+    RoutingLogError,
+    expert_key,
+    read_log,
+    read_rows,
+    write_outputs,
+)
 from orchestra.preferences import COST_ORDER
 
 JUDGES = ("exact", "f1", "math", "choice")
 ASSUMED_LATENCY_S = 2.0
+LAYOUTS = {"long": "one row per question and model", "wide": "`<model>|<field>` columns",
+           "by model": "`<model>` = the verdict, `<model>_<field>` columns"}
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
@@ -80,8 +97,8 @@ def judge_missing(log: RoutingLog, judge_name: str) -> int:
     todo = [(q, c) for q in log.questions for c in q.calls.values() if c.score is None]
 
     async def run() -> list[Any]:
-        return await asyncio.gather(*(judge(judge_name, c.model_answer or c.response, q.answer or "", q.prompt)
-                                      for q, c in todo))
+        return await asyncio.gather(*(judge(judge_name, c.model_answer or c.response or "", q.answer or "",
+                                            q.prompt) for q, c in todo))
 
     for (_q, call), verdict in zip(todo, asyncio.run(run()) if todo else [], strict=True):
         call.score = float(verdict.correct)
@@ -89,12 +106,13 @@ def judge_missing(log: RoutingLog, judge_name: str) -> int:
 
 
 def per_question_cost(log: RoutingLog, m: str, price: tuple[float, float]) -> float:
-    """Mean $ of model m per question: as recorded, else tokens x price (tokens estimated from text, 4 chars each)."""
+    """Mean $ of model m per question: as recorded, else tokens x price (tokens estimated from text, 4 chars each;
+    no output tokens where the log has no response, as the replay expert counts them)."""
     costs = []
     for q in log.questions:
         c = q.calls[m]
         t_in = c.tokens_in if c.tokens_in is not None else len(q.prompt) // 4 + 1
-        t_out = c.tokens_out if c.tokens_out is not None else len(c.response) // 4 + 1
+        t_out = c.tokens_out if c.tokens_out is not None else 0 if c.response is None else len(c.response) // 4 + 1
         costs.append(c.cost_usd if c.cost_usd is not None else (t_in * price[0] + t_out * price[1]) / 1e6)
     return mean(costs)
 
@@ -135,7 +153,7 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
            # estimator router fitted on those outcomes, each (question, preset) labelled with its best route
            "sft": {"teacher": "expected_value", "vectors": [*COST_ORDER, "latency-first"], "steps": 200,
                    "lr": 3.0e-3, "batch_size": 16, "demos": min(240, n_train)},
-           "router": {"explore_tasks": 0},
+           "router": {"explore_tasks": 0, **({"meta_keys": ["family"]} if len(families(log)) > 1 else {})},
            "checkpoint": {"every_steps": 10}, "cluster": {"torch_threads": 2}}
     head = f"# Written by `python -m cluster.routing_log {log.path}`; rerun it rather than edit by hand.\n"
     zoo_note = ("# Replay experts: each model's recorded answers, tokens and $ (tools/experts/replay.py); tiers by "
@@ -170,12 +188,41 @@ def binding_template(log: RoutingLog, priced: dict[str, dict[str, Any]]) -> str:
     return head + yaml.safe_dump(entries, sort_keys=False, allow_unicode=True)
 
 
+def families(log: RoutingLog) -> dict[str, int]:
+    """Task family -> questions (the family column's values)."""
+    return dict(Counter(q.category for q in log.questions if q.category))
+
+
+def read_exclusions(path: str, column: str = "", columns: dict[str, str] | None = None) -> set[str]:
+    """The ids and prompts an exclusion file lists: a .csv/.tsv/.jsonl/.json/.parquet table's `column` (default:
+    its id and prompt columns, as --columns names them), else any other file's lines (one id or prompt a line)."""
+    p = Path(path).expanduser()
+    if p.suffix.lower() not in (".csv", ".tsv", ".jsonl", ".json", ".parquet"):
+        if not p.is_file():
+            raise RoutingLogError(f"exclusion file {p}: no such file")
+        return {x.strip() for x in p.read_text(encoding="utf-8").splitlines() if x.strip()}
+    rows = read_rows(p, "exclusion file")
+    keys = list(dict.fromkeys(k for _, r in rows if isinstance(r, dict) for k in r))
+    wanted = [column] if column else [c for c in ((columns or {}).get(f, f) for f in ("id", "prompt")) if c in keys]
+    if not wanted or wanted[0] not in keys:
+        raise RoutingLogError(f"exclusion file {p}: no column {column or 'id or prompt'!r} (columns: "
+                              f"{', '.join(map(str, keys))[:300]}); name it with --exclude-column")
+    return {str(r[c]).strip() for _, r in rows if isinstance(r, dict) for c in wanted
+            if r.get(c) is not None and str(r[c]).strip()}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m cluster.routing_log", description=__doc__.splitlines()[0])
-    p.add_argument("log", help="routing log: .csv, .tsv, .jsonl, .json or .parquet (long or wide layout)")
+    p.add_argument("log", help="routing log: .csv, .tsv, .jsonl, .json or .parquet (long, wide or by-model layout)")
     p.add_argument("--out", required=True, help="output directory (replaced only with --force)")
     p.add_argument("--name", default="", help="experiment and zoo name (default: the output directory's name)")
     p.add_argument("--columns", default="", help="field=column pairs, e.g. prompt=question,answer=gold")
+    p.add_argument("--models", default="", help="the model columns of a wide log, A,B (default: found)")
+    p.add_argument("--family-column", default="", metavar="NAME",
+                   help="the task family's column (default: category, family, subject or domain if present)")
+    p.add_argument("--exclude", action="append", default=[], metavar="FILE",
+                   help="drop the questions it lists: one id or prompt a line, or a CSV/JSONL's id/prompt column")
+    p.add_argument("--exclude-column", default="", metavar="NAME", help="the --exclude table's column to read")
     p.add_argument("--price", action="append", default=[], metavar="MODEL=IN,OUT", help="$ per million tokens")
     p.add_argument("--priced-as", action="append", default=[], metavar="MODEL=NAME", help="genai-prices name")
     p.add_argument("--latency", action="append", default=[], metavar="MODEL=SECONDS", help="typical seconds")
@@ -186,7 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         columns = _pairs([c for c in args.columns.split(",") if c], "--columns")
-        log = read_log(args.log, columns, drop_incomplete=args.drop_incomplete)
+        if args.family_column:
+            if columns.get("category", args.family_column) != args.family_column:
+                raise RoutingLogError(f"--family-column {args.family_column} and --columns "
+                                      f"category={columns['category']} name two columns: give one")
+            columns["category"] = args.family_column
+        exclude: set[str] = set()
+        for f in args.exclude:
+            exclude |= read_exclusions(f, args.exclude_column, columns)
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        log = read_log(args.log, columns, drop_incomplete=args.drop_incomplete, models=models, exclude=exclude)
         priced = prices(log, _pairs(args.price, "--price"), _pairs(args.priced_as, "--priced-as"))
         latency = _pairs(args.latency, "--latency")
         judged = judge_missing(log, args.judge)
@@ -203,8 +259,28 @@ def main(argv: list[str] | None = None) -> int:
     except RoutingLogError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    _summary(log, args, out, name, n, heldout, judged, priced, cost, len(exclude))
+    return 0
+
+
+def _summary(log: RoutingLog, args: argparse.Namespace, out: Path, name: str, n: int, heldout: int, judged: int,
+             priced: dict[str, dict[str, Any]], cost: dict[str, float], n_listed: int) -> None:
     print(f"{n} questions x {len(log.models)} models ({log.dropped} dropped: not answered by every model; "
           f"{judged} verdicts judged by `{args.judge}` against the gold answer)")
+    print(f"layout: {log.layout} ({LAYOUTS.get(log.layout, 'mixed')}); models: {', '.join(log.models)}")
+    if args.exclude:
+        print(f"excluded {log.excluded} rows: --exclude {' '.join(args.exclude)} lists {n_listed} ids/prompts, "
+              f"{n_listed - log.exclude_matched} of them matching no row")
+    fams = families(log)
+    if log.family_column:
+        print(f"task families from column {log.family_column!r}: {len(fams)} ("
+              f"{', '.join(f'{k} {v}' for k, v in sorted(fams.items())[:8])}{', ...' if len(fams) > 8 else ''})")
+    calls = [c for q in log.questions for c in q.calls.values()]
+    absent = sum(c.response is None for c in calls)
+    if absent:
+        print(f"responses absent: {absent} of {len(calls)} answers record only a verdict; their replay experts answer "
+              "with a marker text, judged by the recorded verdict, and their $ counts the prompt's tokens only "
+              "where the log records none")
     for m in sorted(log.models, key=lambda m: -cost[m]):
         acc = mean(float(q.calls[m].score >= 0.5) for q in log.questions)
         print(f"  {m}: accuracy {acc:.3f}, ${cost[m]:.6f} per question (priced as {priced[m]['model']})")
@@ -213,10 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {out}/: tasks.jsonl, replay/, zoo.yaml, experiment.yaml, experts.yaml ({n - heldout} train / "
           f"{heldout} held out)")
     print(f'next: make train ARGS="experiment={out}/experiment.yaml"\n'
-          f'      make eval ARGS="experiment={out}/experiment.yaml checkpoint=runs/{name}"\n'
+          f'      make eval ARGS="experiment={out}/experiment.yaml checkpoint=runs/{name} preference=all"\n'
           f'      then, to serve against the live models, fill in {out}/experts.yaml (where each one runs) and\n'
           f'      make serve ARGS="checkpoint=runs/{name} experts={out}/experts.yaml"')
-    return 0
 
 
 if __name__ == "__main__":

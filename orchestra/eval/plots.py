@@ -6,6 +6,9 @@
   ToolOrchestra paper's Figure 3).
 - `plot_routing_by_preset(rows, path, catalogue)`: for each learned policy run under two or more presets, one
   stacked bar per preset (None, and no file, when no policy was).
+- `plot_yardstick(curves, path, axis)`: RouteLLM's figure (orchestra/eval/yardstick.py): accuracy vs strong-model
+  share (or vs $ between always-cheapest and always-strongest), one line per router with its APGR, the random
+  and oracle lines, always-weak and always-strong as horizontal lines.
 - `plot_training(metrics_jsonl_path, out_dir, catalogue)`: reward, accuracy and $ over steps (train rows;
   held-out eval rows as markers) and the rollout tool mix over steps, from orchestra.rundir.tracking's
   metrics.jsonl.
@@ -156,6 +159,34 @@ def plot_routing_by_preset(rows: list[dict[str, Any]], path: str | Path,
     axes[0][0].set_ylabel("share of tool calls")
     _outside_legend(axes[0][-1])
     fig.suptitle("Routing under each preset")
+    return _save(plt, fig, path)
+
+
+def plot_yardstick(curves: dict[str, Any], path: str | Path, axis: str = "share",
+                   names: tuple[str, str] = ("always-weak", "always-strong")) -> Path:
+    """yardstick.png: each curve (x, accuracy, apgr; the `random` and `oracle` keys drawn as reference lines) as
+    RouteLLM draws its routers (routellm/evals/evaluate.py): a line through the operating points, always-weak grey
+    and always-strong red dashed across; x in percent of strong-model calls, or of the way from always-cheapest's
+    $ to always-strongest's."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 5))
+    pct = lambda xs: [100.0 * x for x in xs]  # noqa: E731  (RouteLLM's axis is in percent)
+    for name, c in curves.items():
+        if name == "random":
+            ax.plot(pct(c.x), c.accuracy, ":", color="k", linewidth=1, label="random (APGR 0.50)")
+        elif name == "oracle":
+            ax.plot(pct(c.x), c.accuracy, "-x", color="C7", linewidth=1, label=f"oracle (APGR {c.apgr:.2f})")
+        else:
+            ax.plot(pct(c.x), c.accuracy, "-o", markersize=3, label=f"{name} (APGR {c.apgr:.2f})")
+    ref = next(iter(curves.values()))
+    ax.axhline(ref.weak, color="grey", linestyle="--", linewidth=1, label=names[0])
+    ax.axhline(ref.strong, color="red", linestyle="--", linewidth=1, label=names[1])
+    ax.set_xlabel("strong-model calls (%)" if axis == "share" else
+                  "$ per question (% of the way from always-cheapest to always-strongest)")
+    ax.set_ylabel("accuracy")
+    ax.set_title("Router performance (RouteLLM's yardstick)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
     return _save(plt, fig, path)
 
 

@@ -157,8 +157,8 @@ class RouteEstimator:
         """(estimator, the JSON metadata) from a directory `save` wrote."""
         d = Path(directory)
         if not (d / "estimator.json").is_file():
-            raise FileNotFoundError(f"{d}: no estimator.json (train one with `make train`, or fit one with "
-                                    "python -m cluster.estimator)")
+            raise FileNotFoundError(f"{d}: no estimator.json (a `make train` run whose warm start is "
+                                    "sft.teacher=expected_value saves one in <run_dir>/router/)")
         meta = json.loads((d / "estimator.json").read_text())
         plans = [Plan(p["name"], tuple((tool, tier) for tool, tier in p["calls"])) for p in meta["plans"]]
         est = cls(plans, C=meta.get("C", 1.0), alpha=meta.get("alpha", 1.0))

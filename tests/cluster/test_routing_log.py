@@ -127,6 +127,14 @@ BAD = {  # name -> (log text, extra args, what the one line must say)
                               ["row 1 (line 2)", "'my-local-llm'", "no price", "--price my-local-llm=IN,OUT"]),
     "price for an unknown model": ("prompt,answer,gpt-4o|response,gpt-4o-mini|response\np,a,a,b\n",
                                    ("--price", "gpt-5=1,2"), ["--price gpt-5", "no model 'gpt-5'"]),
+    "no model columns": ("prompt,answer,notes\np,a,b\n", (), ["header", "<model>|response", "<model>_response",
+                                                              "--models A,B"]),
+    "--models names a missing column": ("prompt,m1,m2\np,true,false\n", ("--models", "m1,m3"),
+                                        ["header", "model 'm3' (--models)", "columns: prompt, m1, m2"]),
+    "neither response nor verdict": ("prompt,answer,model,response,correct,tokens_in\np,a,gpt-4o,,,3\n", (),
+                                     ["row 1 (line 2)", "'response' and 'correct'", "response or its verdict"]),
+    "family column not in the log": ("prompt,gpt-4o,gpt-4o-mini\np,true,false\n", ("--family-column", "topic"),
+                                     ["header", "no column 'topic'"]),
 }
 
 
@@ -175,3 +183,152 @@ def test_layouts_gold_judging_incomplete_logs_and_replacing_output(tmp_path):
     assert _convert(wide, tmp_path / "w", *cols, "--force")[0] == 0
     assert (tmp_path / "w" / "tasks.jsonl").read_text() != "stale"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l", "long.jsonl", "w", "wide.csv"]
+
+
+# ---------------------------------------------------------------- other people's layouts (made up here, in tmp_path)
+ROUTELLM_GSM8K = ("prompt,mixtral-8x7b-instruct-v0.1,gpt-4-1106-preview,mixtral-8x7b-instruct-v0.1_response,"
+                  "gpt-4-1106-preview_response\n"
+                  "What is 2+2?,True,True,4,It is 4.\nWhat is 3*3?,False,True,6,9\nWhat is 10-7?,True,True,3,3\n"
+                  "Half of 8?,False,False,3,5\nWhat is 5+6?,True,True,11,11\n")
+MIXTRAL = ("--price", "mixtral-8x7b-instruct-v0.1=0.6,0.6")
+
+
+def _replay(out: Path, model: str) -> list[dict]:
+    return [json.loads(x) for x in (out / "replay" / f"{model}.jsonl").read_text().splitlines()]
+
+
+def test_routellm_layout_model_column_is_the_verdict_and_model_response_the_text(tmp_path):
+    """RouteLLM's GSM8K layout: `<model>` = True/False, `<model>_response` = the text; found without flags."""
+    (tmp_path / "gsm8k.csv").write_text(ROUTELLM_GSM8K)
+    rc, out, err = _convert(tmp_path / "gsm8k.csv", tmp_path / "g", *MIXTRAL)
+    assert rc == 0, err
+    assert "5 questions x 2 models" in out and "layout: by model" in out and "responses absent" not in out
+    assert "gpt-4-1106-preview: accuracy 0.800" in out and "mixtral-8x7b-instruct-v0.1: accuracy 0.600" in out
+    mix = _replay(tmp_path / "g", "mixtral-8x7b-instruct-v0.1")
+    assert [r["generated_answer"] for r in mix] == ["4", "6", "3", "3", "11"]
+    assert [r["evaluation_result"]["score"] for r in mix] == [1.0, 0.0, 1.0, 0.0, 1.0]
+    cfg = load_config([f"experiment={tmp_path / 'g' / 'experiment.yaml'}"])
+    assert cfg.zoo.tiers == {"answer-1": "gpt-4-1106-preview", "answer-2": "mixtral-8x7b-instruct-v0.1"}
+    # JSONL with the same columns, and --models naming them where the verdicts are 1/0 (not found as verdicts)
+    rows = [{"prompt": "a?", "m1": 1, "m2": 0}, {"prompt": "b?", "m1": 0, "m2": 1, "note": "x"}]
+    (tmp_path / "ones.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prices = ("--price", "m1=1,2", "--price", "m2=3,4", "--heldout", "0")
+    rc, _, err = _convert(tmp_path / "ones.jsonl", tmp_path / "o", *prices)
+    assert rc == 2 and "--models A,B" in err
+    rc, out, err = _convert(tmp_path / "ones.jsonl", tmp_path / "o", *prices, "--models", "m1,m2")
+    assert rc == 0, err
+    assert "models: m1, m2" in out and "responses absent: 4 of 4" in out
+
+
+def test_verdicts_only_log_replays_a_marker_judged_by_the_recorded_verdict(tmp_path):
+    """RouteLLM's MMLU files: a prompt and one true/false column per model, no response text, no gold answer.
+    The converted zoo answers with a marker text, and evaluation scores it by the recorded verdict."""
+    from tools.experts.replay import NO_RESPONSE
+
+    verdicts = {"Q1": ("True", "True"), "Q2": ("False", "True"), "Q3": ("True", "False"),
+                "Q4": ("False", "False"), "Q5": ("True", "True")}
+    (tmp_path / "mmlu_anatomy.csv").write_text("prompt,mixtral-8x7b-instruct-v0.1,gpt-4-1106-preview\n" + "".join(
+        f'"{q}\nA. x\nB. y\nAnswer:",{a},{b}\n' for q, (a, b) in verdicts.items()))
+    rc, out, err = _convert(tmp_path / "mmlu_anatomy.csv", tmp_path / "m", *MIXTRAL, "--heldout", "5")
+    assert rc == 2 and "must leave training questions" in err
+    rc, out, err = _convert(tmp_path / "mmlu_anatomy.csv", tmp_path / "m", *MIXTRAL, "--heldout", "4")
+    assert rc == 0, err
+    assert "responses absent: 10 of 10 answers record only a verdict" in out and "marker text" in out
+    assert "gpt-4-1106-preview: accuracy 0.600" in out and "oracle router's accuracy): 0.800" in out
+    gpt4 = _replay(tmp_path / "m", "gpt-4-1106-preview")
+    assert all(r["generated_answer"] is None for r in gpt4)
+
+    from cluster.evaluate import main as evaluate
+
+    exp = tmp_path / "m" / "experiment.yaml"
+    assert evaluate([f"experiment={exp}", "checkpoint=", f"out={tmp_path / 'eval'}",
+                     "baselines=strongest,cheapest"]) == 0
+    records = [json.loads(x) for x in (tmp_path / "eval" / "episodes.jsonl").read_text().splitlines()]
+    tasks = {json.loads(x)["id"]: json.loads(x)["problem"].split("\n")[0]
+             for x in (tmp_path / "m" / "tasks.jsonl").read_text().splitlines()}
+    assert len(records) == 8
+    for r in records:
+        mixtral, gpt = verdicts[tasks[r["task_id"]]]
+        assert r["correct"] == ((gpt if r["policy"] == "strongest" else mixtral) == "True")
+        assert r["answer"] == NO_RESPONSE and r["cost_usd"] > 0
+
+
+def test_exclusion_files_drop_listed_rows_and_count_them(tmp_path):
+    """--exclude: a text file (one id or prompt a line) or a table's id/prompt column (--exclude-column)."""
+    (tmp_path / "gsm8k.csv").write_text(ROUTELLM_GSM8K)
+    (tmp_path / "drop.txt").write_text("What is 3*3?\n\nnot in the log\n")
+    rc, out, err = _convert(tmp_path / "gsm8k.csv", tmp_path / "a", *MIXTRAL, "--exclude", str(tmp_path / "drop.txt"))
+    assert rc == 0, err
+    assert "4 questions x 2 models" in out
+    assert "excluded 1 rows" in out and "lists 2 ids/prompts, 1 of them matching no row" in out
+    prompts = [json.loads(x)["problem"] for x in (tmp_path / "a" / "tasks.jsonl").read_text().splitlines()]
+    assert "What is 3*3?" not in prompts and len(prompts) == 4
+    # RouteLLM's contaminated_prompts.jsonl: the prompt is in `eval_prompt`
+    (tmp_path / "contaminated.jsonl").write_text(
+        json.dumps({"train_prompt": "What is 2 + 2 ?", "eval_prompt": "What is 2+2?", "train_idx": 7}) + "\n"
+        + json.dumps({"train_prompt": "half of 8", "eval_prompt": "Half of 8?", "train_idx": 9}) + "\n")
+    rc, _, err = _convert(tmp_path / "gsm8k.csv", tmp_path / "b", *MIXTRAL, "--exclude",
+                          str(tmp_path / "contaminated.jsonl"))
+    assert rc == 2 and "no column 'id or prompt'" in err and "eval_prompt" in err and "--exclude-column" in err
+    rc, out, err = _convert(tmp_path / "gsm8k.csv", tmp_path / "b", *MIXTRAL, "--exclude",
+                            str(tmp_path / "contaminated.jsonl"), "--exclude-column", "eval_prompt")
+    assert rc == 0, err
+    assert "3 questions x 2 models" in out and "excluded 2 rows" in out
+    # a CSV of ids, by the log's own id column
+    (tmp_path / "ids.csv").write_text("id,why\nex-001,leaked\nex-002,leaked\n")
+    rc, out, err = _convert(EXAMPLE, tmp_path / "c", "--exclude", str(tmp_path / "ids.csv"))
+    assert rc == 0, err
+    assert "22 questions x 2 models" in out and "excluded 2 rows" in out
+    rc, _, err = _convert(EXAMPLE, tmp_path / "d", "--exclude", str(tmp_path / "missing.txt"))
+    assert rc == 2 and "exclusion file" in err and "no such file" in err
+
+
+def test_family_column_found_or_named_becomes_the_task_family_and_a_router_feature(tmp_path):
+    rows = [{"question": f"q{i}?", "subject": ["anatomy", "astronomy"][i % 2], "area": ["x", "y", "z"][i % 3],
+             "m1": i % 2 == 0, "m2": True} for i in range(6)]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ("--columns", "prompt=question", "--price", "m1=1,2", "--price", "m2=3,4", "--heldout", "1")
+    rc, out, err = _convert(tmp_path / "log.jsonl", tmp_path / "s", *args)
+    assert rc == 0, err
+    assert "task families from column 'subject': 2 (anatomy 3, astronomy 3)" in out
+    tasks = [Task.from_dict(json.loads(x)) for x in (tmp_path / "s" / "tasks.jsonl").read_text().splitlines()]
+    assert [t.meta["family"] for t in tasks] == ["anatomy", "astronomy"] * 3
+    cfg = load_config([f"experiment={tmp_path / 's' / 'experiment.yaml'}"])
+    assert cfg.router.meta_keys == ["family"]
+    rc, out, err = _convert(tmp_path / "log.jsonl", tmp_path / "a", *args, "--family-column", "area")
+    assert rc == 0, err
+    assert "task families from column 'area': 3 (x 2, y 2, z 2)" in out
+    assert [json.loads(x)["meta"]["family"] for x in (tmp_path / "a" / "tasks.jsonl").read_text().splitlines()] \
+        == ["x", "y", "z"] * 2
+    rc, _, err = _convert(tmp_path / "log.jsonl", tmp_path / "b", *args, "--family-column", "topic")
+    assert rc == 2 and "no column 'topic' (the task family)" in err
+    # one family (or none): no family feature for the routers
+    rows = [{**r, "subject": "anatomy"} for r in rows]
+    (tmp_path / "one.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert _convert(tmp_path / "one.jsonl", tmp_path / "one", *args)[0] == 0
+    assert load_config([f"experiment={tmp_path / 'one' / 'experiment.yaml'}"]).router.meta_keys == []
+
+
+def test_next_steps_evaluate_every_preset_and_messages_name_commands_that_exist(tmp_path):
+    """The printed next steps evaluate under every preset; every `python -m X` / `make T` an error message or a
+    printed hint names exists (a missing router's error once named `python -m cluster.estimator`)."""
+    import re
+
+    rc, out, _ = _convert(EXAMPLE, tmp_path / "ex")
+    assert rc == 0 and "preference=all" in out
+    root = Path(__file__).resolve().parents[2]
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (root / "Makefile").read_text(), re.M))
+    for path in [*root.glob("*/**/*.py"), *root.glob("conf/**/*.yaml"), root / "README.md"]:
+        if ".venv" in path.parts or "tests" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        for mod in re.findall(r"python -m ((?:cluster|tools|orchestra|bench)\.[a-z_.0-9]*[a-z0-9_])", text):
+            base = root / Path(*mod.split("."))
+            assert base.with_suffix(".py").is_file() or (base / "__main__.py").is_file(), (path, mod)
+        for quoted, with_args in re.findall(r"`make ([a-z][a-z-]*)|make ([a-z][a-z-]*) ARGS=", text):
+            assert (quoted or with_args) in targets, (path, quoted or with_args)
+
+    from orchestra.routing.estimator import RouteEstimator
+
+    with pytest.raises(FileNotFoundError, match="sft.teacher=expected_value"):
+        RouteEstimator.load(tmp_path)

@@ -7,7 +7,9 @@ Sources (see ../shared/data/SOURCES.md):
   the recorded output out) and priced at the model's real price, with meta["estimated"] = True.
 - RouterArena cached results (`*.jsonl` rows `{global_index, generated_answer, token_usage, evaluation_result
   {extracted_answer, score, inference_cost}}`): tokens and $ as recorded; correct iff score >= 0.5 (score is
-  0/1 except METEOR rows).
+  0/1 except METEOR rows). A row whose `generated_answer` is null (a verdicts-only routing log,
+  cluster/routing_log.py) answers with the marker text NO_RESPONSE and meta["response_recorded"] = False; the
+  `recorded` judge (reward/judges.py) scores it by its recorded verdict, and its output tokens count as 0.
 For a known question (task.meta["question_id"], else task.id) `complete` returns the recorded text, the
 recorded answer in meta["answer"] and meta["recorded_correct"]. An unknown question is an error reply.
 Files are parsed on first use and cached per process (about 15 MB of JSON each).
@@ -31,6 +33,7 @@ from tools.experts.base import ExpertReply, PricedExpert, estimate_tokens
 from tools.pricing import PriceTable
 
 _REPO = Path(__file__).resolve().parents[2]
+NO_RESPONSE = "(no response recorded: the log gives only this model's verdict on the question)"
 
 
 def shared_data_dir() -> Path:
@@ -58,6 +61,7 @@ class ReplayRecord:
     tokens_in: int | None = None
     tokens_out: int | None = None
     cost_usd: float | None = None
+    text_recorded: bool = True  # False: the source has no text for this answer (`text` is NO_RESPONSE)
 
 
 def _mmlu_pro_rows(path: Path) -> list[dict[str, Any]]:
@@ -97,12 +101,12 @@ def _router_arena(path: Path) -> dict[str, ReplayRecord]:
             usage = row.get("token_usage") or {}
             score = ev.get("score")
             score = float(score) if isinstance(score, (int, float)) else 0.0
-            pred = ev.get("extracted_answer")
+            pred, text = ev.get("extracted_answer"), row.get("generated_answer")
             out[str(row["global_index"])] = ReplayRecord(
-                text=str(row.get("generated_answer") or ""), pred=None if pred is None else str(pred),
+                text=NO_RESPONSE if text is None else str(text), pred=None if pred is None else str(pred),
                 correct=score >= 0.5, prompt_chars=len(row.get("question", "")), score=score,
                 tokens_in=usage.get("input_tokens"), tokens_out=usage.get("output_tokens"),
-                cost_usd=ev.get("inference_cost"))
+                cost_usd=ev.get("inference_cost"), text_recorded=text is not None)
     except JSONLError as e:
         raise ConfigError(f"replay file {path}: line {e.lineno}: malformed JSON ({e.msg})") from None
     return out
@@ -146,7 +150,10 @@ class ReplayExpert(PricedExpert):
         if rec is None:
             return ExpertReply("", error=f"replay expert {self.name} has no recorded output for question {qid!r}",
                                meta=meta)
-        meta.update(recorded_correct=rec.correct, answer=rec.pred or "", latency_estimated=True)
+        meta.update(recorded_correct=rec.correct, answer=rec.pred or ("" if rec.text_recorded else NO_RESPONSE),
+                    latency_estimated=True)
+        if not rec.text_recorded:
+            meta["response_recorded"] = False
         if rec.score is not None:
             meta["recorded_score"] = rec.score
         t_in, t_out, cost, estimated = self.priced(rec)
@@ -161,5 +168,6 @@ class ReplayExpert(PricedExpert):
             t_in, t_out = int(rec.tokens_in), int(rec.tokens_out)
             cost = float(rec.cost_usd) if rec.cost_usd is not None else self.cost(t_in, t_out)
             return t_in, max(t_out, 0), cost, rec.cost_usd is None
-        t_in, t_out = rec.prompt_chars // 4 + 1, max(estimate_tokens(rec.text) - 5, 0)
+        t_in = rec.prompt_chars // 4 + 1
+        t_out = max(estimate_tokens(rec.text) - 5, 0) if rec.text_recorded else 0  # the marker is not output
         return t_in, t_out, self.cost(t_in, t_out), True
