@@ -53,20 +53,6 @@ REWARD_SHIM = "# verl loads its custom reward function from a file: ours lives i
 FLAGS = ("--dry-run", "--here")
 
 
-def paired_rows(train: list[Any], cfg: ExperimentConfig) -> list[Any]:
-    """`data.preference_pairs`: each training task once per vector, adjacent (one GRPO group per (task, vector),
-    as the local trainer pairs them; the job's dataloader keeps this order)."""
-    if not cfg.data.preference_pairs:
-        return train
-    from orchestra.preferences import paired_preferences
-
-    rows = []
-    for task in train:
-        for pref in paired_preferences(cfg.data.preference_pairs, task.id, 0, cfg.seed, task.tools):
-            rows.append(replace(task, pref=dict(pref)))
-    return rows
-
-
 def stage(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> Path:
     """Write what verl's workers read under <output_dir>/verl (absolute): train/val parquet, the corpus `search`
     serves, the agent-loop yaml, the reward-function file, the run's config, and the policy as an HF dir when it
@@ -79,7 +65,11 @@ def stage(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> Path:
     out = Path(stage_dir(cfg))
     out.mkdir(parents=True, exist_ok=True)
     train, heldout, corpus = build_task_set(cfg.data, task_tiers(cfg))
-    save_verl_parquet(paired_rows(train, cfg), out / "train.parquet", split="train", agent_name="orchestra")
+    if cfg.data.preference_pairs:  # each task once per vector, adjacent: one GRPO group per (task, vector)
+        from cluster.rollouts import paired_tasks
+
+        train = paired_tasks(train, cfg.data.preference_pairs, cfg.seed)
+    save_verl_parquet(train, out / "train.parquet", split="train", agent_name="orchestra")
     save_verl_parquet(heldout or train[:1], out / "val.parquet", split="heldout", agent_name="orchestra")
     save_corpus(corpus or [], out / "corpus.jsonl")
     (out / "agent_loop.yaml").write_text(yaml.safe_dump(agent_loop_entries(orchestra_overrides), sort_keys=False))
@@ -265,7 +255,7 @@ def _dry_run(cfg: ExperimentConfig, overrides: list[str], verl_cfg: Any) -> int:
     print(yaml.safe_dump(agent_loop_entries(overrides), sort_keys=False))
     print(f"# runtime_env: env_vars {sorted(env['env_vars'])}; excludes {env.get('excludes', [])}")
     if secrets:
-        print(f"# not sent with the job (set them on the nodes: README 'GPU cluster'): {secrets}")
+        print(f"# not sent with the job (set them on the nodes: docs/cluster.md): {secrets}")
     prefix = " ".join(f"{k}={v}" for k, v in submit_env().items())
     cmd = shlex.join(submit_command(cfg, overrides, "RUNTIME_ENV_JSON", submission_id(cfg)))
     cmd = cmd.replace("'$RAY_ADDRESS'", "$RAY_ADDRESS").replace("RUNTIME_ENV_JSON", "$RUNTIME_ENV_JSON")
