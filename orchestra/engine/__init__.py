@@ -4,6 +4,7 @@ The model's own tokens are never re-tokenized between turns; the agent loop keep
 This package's root holds the contract every engine keeps: `Engine` (the protocol), `Sampling` (one request's
 settings) and `Generation` (what comes back). Engines: hf.py (HF transformers on CPU or one GPU, batched; its KV
 caches kv_reuse.py, its token draws sampling.py), vllm.py (the GPU engine, the `gpu` extra, imported lazily),
+remote.py (a vLLM server over its OpenAI-compatible API; vllm_ext.py is the worker extension it reloads with),
 scripted.py (fixed routers as engines: SFT demonstrations, baselines, benchmarks).
 """
 

