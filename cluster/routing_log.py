@@ -149,7 +149,7 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
            "agent": {"max_turns": 2, "preference_words": True}, "sampling": {"max_tokens": 48, "temperature": 1.0},
            "algo": {"steps": 12, "group_size": 8, "prompts_per_step": 4, "lr": 1.0e-4, "balance_prefs": True,
                     "micro_batch_size": 64},
-           # the expected-value warm start (README "Quality"): every question played by every model, the
+           # the expected-value warm start (docs/benchmarks.md, "Quality"): every question played by every model, the
            # estimator router fitted on those outcomes, each (question, preset) labelled with its best route
            "sft": {"teacher": "expected_value", "vectors": [*COST_ORDER, "latency-first"], "steps": 200,
                    "lr": 3.0e-3, "batch_size": 16, "demos": min(240, n_train)},

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,10 +167,14 @@ def parse(argv: list[str]) -> VLLMServerConfig:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    usage = ("usage: python -m cluster.vllm_server checkpoint=RUN_OR_HF_DIR [key=value ...]\nkeys (defaults): " +
+             ", ".join(f"{f.name}={f.default!r}" for f in fields(VLLMServerConfig) if f.name != "extra_args"))
+    if any(a in ("-h", "--help") for a in args):
+        print(usage)
+        return
     bad = [a for a in args if "=" not in a]
     if bad or not args:
-        raise SystemExit("usage: python -m cluster.vllm_server checkpoint=RUN_OR_HF_DIR [port=8123 dtype=float32 "
-                         f"weight_updates=false enforce_eager=false venv=.venv-vllm] (unknown: {bad})")
+        raise SystemExit(f"{usage}\nnot key=value: {bad}" if bad else usage)
     cfg = parse(args)
     if not cfg.checkpoint:
         raise SystemExit("vllm_server: checkpoint= is required (a run dir, checkpoint dir or HF dir)")

@@ -12,7 +12,7 @@ One exploration serves every vector: labels for any number of vectors cost only 
 Vectors per task: a fixed list (presets or weight specs, e.g. the cost-ordered presets and a ladder of cost
 weights) plus `sampled` draws of the training sampler (orchestra/preferences.py), seeded by the task id. A few
 fixed vectors, each seen on every task, teach a 1M-parameter policy to read its preference; continuous sampled
-vectors alone were measured not to (README "Quality").
+vectors alone were measured not to (docs/benchmarks.md, "Quality").
 """
 
 from __future__ import annotations
