@@ -495,6 +495,10 @@ class _Relay:
 def _tool_client(settings: ServeSettings, cfg: Any) -> Any:
     if settings.tools == "local":
         from tools.base import LocalToolClient
+
+        if cfg.zoo.spend_cap_usd is not None:  # a cap per replica would multiply it by the replica count
+            raise ValueError("zoo.spend_cap_usd is enforced by one spend ledger shared by every replica: serve with "
+                             "tools=actors (conf/serve.yaml, or `tools=actors` in make serve's ARGS)")
         from tools.registry import build_tools
 
         return LocalToolClient(build_tools(cfg.zoo, list(cfg.zoo.tools)))
@@ -514,34 +518,35 @@ def tool_server_handles(zoo: Any, names: list[str]) -> dict[str, Any]:
 
     import ray
 
-    from actors.tool_server import make_tool_server
+    from actors.tool_server import make_spend_ledger, make_tool_server
     from tools.registry import zoo_dict
 
     zd = zoo_dict(zoo)
     tag = hashlib.sha256(json.dumps(zd, sort_keys=True, default=str).encode()).hexdigest()[:10]
     srv = zd.get("server") or {}
-    handles = {}
-    for name in names:
-        actor = f"serve-tool:{name}:{tag}"
+
+    def get_or_make(actor: str, make: Any) -> Any:
         for _ in range(3):  # two replicas may race to create the same actor: the loser looks it up
             try:
-                handles[name] = ray.get_actor(actor, namespace=TOOL_NAMESPACE)
-                break
+                return ray.get_actor(actor, namespace=TOOL_NAMESPACE)
             except ValueError:
                 pass
             try:
-                handles[name] = make_tool_server(
-                    name, zd, num_cpus=srv.get("num_cpus", 0.05), max_concurrency=srv.get("max_concurrency", 64),
-                    max_restarts=srv.get("max_restarts", 3), namespace=TOOL_NAMESPACE, actor_name=actor,
-                    timeout_s=srv.get("timeout_s", 60.0), retries=srv.get("retries", 2),
-                    backoff_s=srv.get("backoff_s", 0.2), rate_limit_per_s=srv.get("rate_limit_per_s", 0.0),
-                    cache_size=srv.get("cache_size", 0))
-                break
+                return make()
             except ValueError:
                 continue
-        else:
-            raise RuntimeError(f"could not create or find tool-server actor {actor}")
-    return handles
+        raise RuntimeError(f"could not create or find actor {actor}")
+
+    # zoo.spend_cap_usd: one ledger for the deployment (every replica's tool servers reserve and settle in it)
+    ledger = None if zd.get("spend_cap_usd") is None else get_or_make(
+        f"serve-spend-ledger:{tag}", lambda: make_spend_ledger(zd["spend_cap_usd"], name=f"serve-spend-ledger:{tag}",
+                                                               namespace=TOOL_NAMESPACE))
+    return {name: get_or_make(f"serve-tool:{name}:{tag}", lambda name=name: make_tool_server(
+        name, zd, num_cpus=srv.get("num_cpus", 0.05), max_concurrency=srv.get("max_concurrency", 64),
+        max_restarts=srv.get("max_restarts", 3), namespace=TOOL_NAMESPACE, actor_name=f"serve-tool:{name}:{tag}",
+        timeout_s=srv.get("timeout_s", 60.0), retries=srv.get("retries", 2), backoff_s=srv.get("backoff_s", 0.2),
+        rate_limit_per_s=srv.get("rate_limit_per_s", 0.0), cache_size=srv.get("cache_size", 0), ledger=ledger))
+        for name in names}
 
 
 class OrchestraServer:

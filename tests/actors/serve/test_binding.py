@@ -292,3 +292,39 @@ async def test_the_run_spend_cap_holds_for_bound_experts(ray_cluster, log_dir, s
     finally:
         for h in [*handles.values(), ledger]:
             ray_cluster.kill(h)
+
+
+async def test_served_tool_servers_share_one_spend_ledger(ray_cluster, log_dir, servers, tmp_path):
+    """Serve with tools=actors and zoo.spend_cap_usd: every replica's tool_server_handles find the same tool servers
+    and the same ledger, so the cap holds for the deployment (room for one call here, not two)."""
+    from dataclasses import replace
+
+    from actors.serve.app import TOOL_NAMESPACE, tool_server_handles
+    from actors.tool_server import RayToolClient
+    from tools.registry import build_tools
+
+    tier = mini_tier(log_dir)
+    cfg = bind_experts(load_config([f"experiment={log_dir / 'experiment.yaml'}"]),
+                       write_binding(tmp_path / "experts.yaml", servers, key_env=""))
+    task = Task(id="cap", problem="What is 17 * 23?", answer="", tools=["answer"], model_mapping=task_tiers(cfg))
+    ctx, call = ToolContext(task=task), ToolCall(name="answer", arguments={"model": tier})
+    bound = build_tools(cfg.zoo, ["answer"])["answer"].cost_bound(call.arguments, ctx)
+    zoo = replace(cfg.zoo, spend_cap_usd=bound + MINI_COST / 2)
+    a, b = tool_server_handles(zoo, ["answer"]), tool_server_handles(zoo, ["answer"])  # two replicas
+    try:
+        assert a["answer"]._actor_id == b["answer"]._actor_id
+        first = await RayToolClient(a, timeout_s=60).call(call, ctx)
+        second = await RayToolClient(b, timeout_s=60).call(call, ctx)
+        assert first.ok and not second.ok and second.meta.get("spend_cap") and len(servers.mini.requests) == 1
+    finally:
+        for h in a.values():
+            ray_cluster.kill(h)
+        for actor in ray_cluster.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"] == TOOL_NAMESPACE and actor["name"].startswith("serve-spend-ledger:"):
+                ray_cluster.kill(ray_cluster.get_actor(actor["name"], namespace=TOOL_NAMESPACE))
+
+
+def test_local_tools_refuse_a_spend_cap(log_dir, monkeypatch):
+    with pytest.raises(ValueError, match="tools=actors"):
+        served_app(monkeypatch, {"experiment": str(log_dir / "experiment.yaml"), "tools": "local",
+                                 "overrides": ["zoo.spend_cap_usd=1.0"]}, mini_tier(log_dir))
