@@ -40,7 +40,7 @@ def build_service(settings=None):
     """Scripted policy + zero-latency fake tools (runs in the bench process and inside the Serve replica)."""
     if str(ROOT) not in sys.path:  # inside the Serve replica: tests.helpers lives in the checkout
         sys.path.insert(0, str(ROOT))
-    from actors.serve.app import OrchestraService
+    from actors.serve.service import OrchestraService
     from orchestra.agent.loop import AgentLoop
     from orchestra.agent.prompt import Prompter
     from tests.helpers.fakes import ByteTokenizer, FakeTool, ScriptedEngine, call_text
@@ -108,7 +108,7 @@ def router_service(base_url: str):
     """Router mode over two OpenAI-compatible experts at `base_url` -> (service, the weak tier's expert)."""
     import random
 
-    from actors.serve.app import OrchestraService
+    from actors.serve.service import OrchestraService
     from orchestra.agent.loop import AgentLoop
     from orchestra.agent.prompt import Prompter
     from orchestra.routing.estimator import RouteEstimator, TaskFeatures

@@ -68,7 +68,8 @@ def serve_one(hf: Path, stage: Path) -> bool:
     import httpx
 
     from actors.serve.api import settings_from_dict
-    from actors.serve.app import build_service, create_api
+    from actors.serve.http import create_api
+    from actors.serve.wiring import build_service
 
     key = "bench-key"
     settings = settings_from_dict({"experiment": "verl_cpu_tiny", "checkpoint": str(hf), "api_keys": [key],

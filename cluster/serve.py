@@ -10,7 +10,7 @@ then serves until Ctrl-C. Overrides:
                                       (actors/serve/binding.py); checked here, before Ray starts
   model.dtype=bfloat16 ...            any other dotted key: an override of the experiment config
 `--check` validates everything and prints the resolved plan without starting Ray.
-The app itself (routes, auth, agent loop) is actors/serve/app.py; this file only knows resources and addresses.
+The app itself is actors/serve/ (service.py: the agent loop per request; http.py: routes, auth; wiring.py: the build); this file only knows resources and addresses.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def plan(argv: list[str]) -> ServePlan:
 def pick_checkpoint(args: dict[str, Any], explicit: bool) -> None:
     """No checkpoint named anywhere: serve the newest trained run (as the experiment it was trained in); a named
     one must hold a model. Raises ValueError with what to do."""
-    from actors.serve.app import resolve_checkpoint
+    from actors.serve.wiring import resolve_checkpoint
     from cluster.evaluate import newest_run
     from orchestra.config import load_config
 
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_signals()  # after ray.init, which installs a SIGTERM handler of its own
     try:
         if p.args.get("tools") == "actors":  # started by the driver so they outlive any one replica
-            from actors.serve.app import tool_server_handles
+            from actors.serve.wiring import tool_server_handles
             from orchestra.config import load_config
 
             cfg = load_config([f"experiment={p.args.get('experiment', 'cpu_tiny')}", *p.args["overrides"]])

@@ -5,7 +5,7 @@ tested without a cluster.
 Requests follow OpenAI's chat-completions schema plus two Orchestra extensions, `preference` (a preset name,
 `accuracy=1,cost=0.5` text, or a weight dict) and `budget` ({usd, seconds, turns}). Unknown top-level fields
 are ignored, as vLLM's server does, so stock OpenAI clients work. Every problem with a request becomes an
-`ApiError` (4xx with OpenAI's error body naming the field); the app (actors/serve/app.py) turns it into a
+`ApiError` (4xx with OpenAI's error body naming the field); the app (actors/serve/http.py) turns it into a
 response. Running the agent loop and the HTTP plumbing are left to app.py.
 """
 

@@ -19,7 +19,7 @@ line naming them, a binding that leaves an expert a trained tier maps to unbound
 unknown key, a `REPLACE_ME` placeholder or no price. Experts the file names but the run does not have are
 ignored (one roster file serves many runs). `run_config(checkpoint)` finds the config a checkpoint was trained
 with. Calling the endpoints (streaming, retries, usage-based $) is tools/experts/openai.py's job; the CLI
-(cluster/serve.py) and the replica builder (actors/serve/app.py) call this module.
+(cluster/serve.py) and the replica builder (actors/serve/wiring.py) call this module.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A policy trained on lookup tasks learned to `search`, but in training its search ran on the task set's own corpus;
 a served question has none, so `search` falls back to web search (tools/registry.Build.search_backend), and with
 no API key every such call is an error the policy pays a turn for. So the production service (OrchestraServer's
-default builder, actors/serve/app.py) offers:
+default builder, actors/serve/wiring.py) offers:
 - `search` when it has a backend that works here: a served corpus (`zoo.retriever.corpus`: the retriever) or the
   web search key (the env var `zoo.web_search.api_key_env`, TAVILY_API_KEY by default);
 - `web_search` only with that key; `retrieve` only with a corpus or a built index (`zoo.retriever.index_dir`);

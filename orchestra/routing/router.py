@@ -4,7 +4,7 @@ a run directory (`<run_dir>/router/`) and loaded by evaluation and the Serve app
 `EstimatorRouter.plan(task)` is the route for one request under `task.pref` (milliseconds: one sentence
 embedding, a few dot products); `script(task)` its tool-call texts for a scripted engine, so the router's
 episodes run through the same agent loop, tools and accounting as every other policy
-(orchestra/eval/runner.py `routers`, actors/serve/app.py `policy: estimator`). Embeddings of problems already
+(orchestra/eval/runner.py `routers`, actors/serve/wiring.py `policy: estimator`). Embeddings of problems already
 seen are cached per process (evaluation replays each task under several preferences and seeds).
 
 `pick_single(task, plans, threshold)` is the same estimator restricted to single-call plans (`answer <tier>`

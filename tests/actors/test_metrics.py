@@ -102,7 +102,8 @@ def probe_tool():
 async def test_actor_driver_and_serve_series_reach_the_export_port(ray_cluster):
     import sys
 
-    from actors.serve.app import OrchestraService, create_api
+    from actors.serve.http import create_api
+    from actors.serve.service import OrchestraService
     from actors.tool_server import RayToolClient, make_tool_server
     from orchestra.agent.loop import AgentLoop
     from orchestra.agent.prompt import Prompter

@@ -62,7 +62,7 @@ def test_serve_picks_the_newest_run_and_rejects_a_missing_one(tmp_path, capsys):
     run = fake_run(tmp_path, "cpu_tiny")
     pick_checkpoint(args, explicit=False)
     assert args["checkpoint"] == str(run) and "serving the newest trained run" in capsys.readouterr().err
-    from actors.serve.app import resolve_checkpoint
+    from actors.serve.wiring import resolve_checkpoint
 
     assert resolve_checkpoint(str(run)) == str(checkpoint.latest_good(run) / "learner")  # what the replica loads
     with pytest.raises(ValueError, match="make train"):
@@ -104,7 +104,8 @@ def live_app():
     answers at once."""
     import uvicorn
 
-    from actors.serve.app import OrchestraService, create_api
+    from actors.serve.http import create_api
+    from actors.serve.service import OrchestraService
     from orchestra.agent.loop import AgentLoop
     from orchestra.agent.prompt import Prompter
     from tools.base import LocalToolClient

@@ -92,7 +92,8 @@ def test_serve_answers_through_the_vllm_server(setup):
     import httpx
 
     from actors.serve.api import settings_from_dict
-    from actors.serve.app import build_service, create_api
+    from actors.serve.http import create_api
+    from actors.serve.wiring import build_service
 
     s = setup
     key = "sk-test-vllm-0123456789"

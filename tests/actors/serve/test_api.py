@@ -11,7 +11,8 @@ import pytest
 
 from actors.serve import api
 from actors.serve.api import ApiError
-from actors.serve.app import OrchestraService, create_api
+from actors.serve.http import create_api
+from actors.serve.service import OrchestraService
 from orchestra.agent.loop import AgentLoop
 from orchestra.agent.prompt import Prompter
 from orchestra.types import ToolRecord, ToolResult, Trajectory

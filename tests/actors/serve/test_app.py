@@ -58,7 +58,8 @@ def scripted_policy(prompt: str) -> str:
 
 
 def scripted_service(settings, tools_mode: str = "local"):
-    from actors.serve.app import OrchestraService, _tool_client
+    from actors.serve.service import OrchestraService
+    from actors.serve.wiring import _tool_client
     from orchestra.agent.loop import AgentLoop
     from orchestra.agent.prompt import Prompter
     from orchestra.config import load_config
@@ -153,7 +154,7 @@ def test_production_builder_serves_the_tiers_the_policy_was_trained_with(monkeyp
 
     import orchestra.policy.models as models
     from actors.serve.api import settings_from_dict
-    from actors.serve.app import build_service
+    from actors.serve.wiring import build_service
     from orchestra.config import load_config
     from orchestra.engine.hf import HFEngine
     from tests.helpers.fakes import ByteTokenizer

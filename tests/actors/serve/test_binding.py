@@ -79,7 +79,8 @@ def mini_tier(log_dir: Path) -> str:
 def served_app(monkeypatch, settings: dict, tier: str):
     """create_api over build_service(settings), the weights replaced by a policy that calls `answer(tier)`."""
     from actors.serve.api import settings_from_dict
-    from actors.serve.app import build_service, create_api
+    from actors.serve.http import create_api
+    from actors.serve.wiring import build_service
     from orchestra.engine import hf
     from orchestra.policy import models, tokenizer
 
@@ -299,7 +300,7 @@ async def test_served_tool_servers_share_one_spend_ledger(ray_cluster, log_dir, 
     and the same ledger, so the cap holds for the deployment (room for one call here, not two)."""
     from dataclasses import replace
 
-    from actors.serve.app import TOOL_NAMESPACE, tool_server_handles
+    from actors.serve.wiring import TOOL_NAMESPACE, tool_server_handles
     from actors.tool_server import RayToolClient
     from tools.registry import build_tools
 

@@ -70,7 +70,7 @@ def test_the_production_server_restricts_and_an_injected_builder_does_not(monkey
 def test_a_task_offers_only_the_catalogue(env):
     """The narrowed catalogue is what the policy sees: a task's tools select the schemas rendered into its prompt."""
     from actors.serve.api import parse_request
-    from actors.serve.app import OrchestraService
+    from actors.serve.service import OrchestraService
     from tools.base import LocalToolClient
     from tools.registry import build_tools
 

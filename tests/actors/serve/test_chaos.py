@@ -27,7 +27,8 @@ pytestmark = pytest.mark.chaos
 
 def slow_answer_service(settings):
     """Replica-side builder (pickled by value): a scripted policy that answers via `answer-4` after 1 s."""
-    from actors.serve.app import OrchestraService, _tool_client
+    from actors.serve.service import OrchestraService
+    from actors.serve.wiring import _tool_client
     from orchestra.agent.loop import AgentLoop
     from orchestra.agent.prompt import Prompter
     from orchestra.config import load_config

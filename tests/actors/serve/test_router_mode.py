@@ -15,7 +15,9 @@ import httpx
 import pytest
 
 from actors.serve.api import settings_from_dict
-from actors.serve.app import OrchestraService, create_api, router_engine
+from actors.serve.http import create_api
+from actors.serve.service import OrchestraService
+from actors.serve.wiring import router_engine
 from orchestra.agent.loop import AgentLoop
 from orchestra.agent.prompt import Prompter
 from orchestra.preferences import preset
