@@ -98,7 +98,7 @@ def start_set(cfg: Any, suffix: str, n_workers: int, build_kwargs: dict[str, Any
 
     from actors.rollout_worker import RolloutWorker
     from actors.tool_server import make_tool_servers
-    from cluster.launch import agent_kwargs, model_kwargs, prompter_kwargs
+    from cluster.launch import model_kwargs, prompter_kwargs
     from tools.registry import zoo_dict
 
     handles, _ledger = make_tool_servers(zoo_dict(cfg.zoo), name_suffix=suffix, build_kwargs=build_kwargs)
@@ -109,7 +109,7 @@ def start_set(cfg: Any, suffix: str, n_workers: int, build_kwargs: dict[str, Any
         workers.append(cls.remote(
             worker_id=i, model_name="tiny", model_kwargs=model_kwargs(cfg),
             engine_kind="orchestra.engine.scripted:plan_engine", engine_kwargs={"plan": PLAN},
-            agent_kwargs=agent_kwargs(cfg), prompter_kwargs=prompter_kwargs(cfg), tool_handles=handles,
+            agent_kwargs=cfg.agent.loop_kwargs(), prompter_kwargs=prompter_kwargs(cfg), tool_handles=handles,
             tool_timeout_s=cfg.zoo.server.timeout_s, tool_max_in_flight=cfg.zoo.server.client_max_in_flight))
     ray.get([h.ready.remote() for h in handles.values()] + [w.ready.remote() for w in workers], timeout=300)
     return handles, workers

@@ -197,11 +197,7 @@ def build(cfg: Any, own: dict[str, str]):
     out = Path(own.get("out") or Path(cfg.run_dir) / "eval")
     ev = Evaluator(tok, prompter, clients, eos_token_ids(tok)[0], engines=engines, routers=routers,
                    tier_cost=tier_costs(z, task_tiers(cfg)), experts=experts,
-                   agent_kwargs={"context_mode": a.context_mode, "answer_mode": a.answer_mode,
-                                 "max_turns": a.max_turns, "max_calls_per_turn": a.max_calls_per_turn,
-                                 "max_context_tokens": a.max_context_tokens, "budget_usd": a.budget.usd,
-                                 "budget_seconds": a.budget.seconds, "budget_turns": a.budget.turns,
-                                 "eos_token_ids": eos_token_ids(tok)},
+                   agent_kwargs={**a.loop_kwargs(), "eos_token_ids": eos_token_ids(tok)},
                    sampling=sampling, judges=dict(r.judges), cost_scale=r.cost_scale, latency_scale=r.latency_scale,
                    price_in=m.price_in_per_mtok, price_out=m.price_out_per_mtok,
                    concurrency=int(own.get("concurrency", 16)), results_path=out / "episodes.jsonl")
@@ -271,9 +267,7 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     if not engines:
         raise SystemExit("nothing to evaluate: give checkpoint=, base=true or baselines=")
     user = user_simulator(tau2)
-    agent = {"max_turns": a.max_turns, "max_calls_per_turn": a.max_calls_per_turn,
-             "max_context_tokens": a.max_context_tokens, "budget_usd": a.budget.usd, "budget_seconds": a.budget.seconds}
-    driver_kw = driver_limits(tau2, agent, eos)
+    driver_kw = driver_limits(tau2, a.loop_kwargs(), eos)
     sampling = Sampling(max_tokens=cfg.sampling.max_tokens, temperature=cfg.eval.temperature, top_p=cfg.sampling.top_p,
                         top_k=cfg.sampling.top_k)
     records: list[dict[str, Any]] = []

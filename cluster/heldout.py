@@ -110,7 +110,6 @@ def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, token
     """The estimator router (`<run_dir>/router/`, saved by the expected-value warm start) on the same held-out
     tasks, presets and tools: the baseline the orchestrator is measured against. Scripted episodes in this
     process, scored as the policy's are; {} when the run has no router."""
-    from cluster.launch import agent_kwargs
     from orchestra.agent.prompt import Prompter
     from orchestra.eval.runner import Evaluator
     from orchestra.eval.stats import summarize
@@ -123,7 +122,7 @@ def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, token
     router = EstimatorRouter.load(run_dir, embed_texts)
     r, m, eos = cfg.reward, cfg.model, eos_token_ids(tokenizer)
     ev = Evaluator(tokenizer, Prompter(tokenizer, **cfg.agent.prompter_kwargs()), {0: tools}, eos[0],
-                   agent_kwargs={**agent_kwargs(cfg), "eos_token_ids": eos}, judges=dict(r.judges),
+                   agent_kwargs={**cfg.agent.loop_kwargs(), "eos_token_ids": eos}, judges=dict(r.judges),
                    cost_scale=r.cost_scale, latency_scale=r.latency_scale, price_in=m.price_in_per_mtok,
                    price_out=m.price_out_per_mtok, concurrency=32, routers={"estimator": router.script})
     names = presets(cfg)

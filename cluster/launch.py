@@ -65,14 +65,6 @@ def model_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
             "cache_dir": m.cache_dir, "chat_template": m.chat_template, "seed": cfg.seed}
 
 
-def agent_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
-    a = cfg.agent
-    return {"context_mode": a.context_mode, "answer_mode": a.answer_mode, "max_turns": a.max_turns,
-            "max_calls_per_turn": a.max_calls_per_turn, "max_context_tokens": a.max_context_tokens,
-            "budget_usd": a.budget.usd, "budget_seconds": a.budget.seconds, "budget_turns": a.budget.turns,
-            "count_generation_latency": a.count_generation_latency, "repeat_guard": a.repeat_guard}
-
-
 def prompter_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
     return cfg.agent.prompter_kwargs()
 
@@ -147,7 +139,7 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
             worker_id=i, model_name=cfg.model.name, model_kwargs=model_kwargs(cfg), engine_kind=e.kind,
             engine_kwargs=e.hf_kwargs() if e.kind == "hf" else e.remote_kwargs() if e.kind == "remote" else {
                 "max_batch_size": e.max_batch_size, "batch_wait_ms": e.batch_wait_ms},
-            agent_kwargs=agent_kwargs(cfg), prompter_kwargs=prompter_kwargs(cfg), tool_handles=tool_handles,
+            agent_kwargs=cfg.agent.loop_kwargs(), prompter_kwargs=prompter_kwargs(cfg), tool_handles=tool_handles,
             torch_threads=cfg.cluster.torch_threads,
             tool_timeout_s=cfg.zoo.server.timeout_s, tool_max_in_flight=cfg.zoo.server.client_max_in_flight,
             reward_actor=reward,

@@ -75,7 +75,7 @@ class Policy:
         self.engine = HFEngine.from_model(model, self.tokenizer, max_batch_size=1, batch_wait_ms=0.0)
         self.prompter = Prompter(self.tokenizer, **launch.prompter_kwargs(cfg))
         self.eos = eos_token_ids(self.tokenizer)
-        self.agent_kwargs = launch.agent_kwargs(cfg)
+        self.agent_kwargs = cfg.agent.loop_kwargs()
         self.loaded: int | None = 0  # load_policy gave the initial weights: version 0
 
     def weights(self, version: int) -> tuple[dict[str, Any] | None, str]:

@@ -53,7 +53,7 @@ def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list
         samples, report = teacher_samples(c, tools, tok, tasks, bars, console)
     else:
         tasks = paired_tasks(tasks, c.data.preference_pairs, c.seed) if c.sft.paired else tasks
-        samples = demo_samples(tasks, tools, tok, launch.prompter_kwargs(c), launch.agent_kwargs(c),
+        samples = demo_samples(tasks, tools, tok, launch.prompter_kwargs(c), c.agent.loop_kwargs(),
                                eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens,
                                candidates=c.sft.candidates, scorer=scorer)
     metrics: list[dict[str, Any]] = []
@@ -89,7 +89,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     t0 = time.perf_counter()
     bar = bars.add("explore", len(tasks) * len(plans))
     outcomes = explore(tasks, plans, tools, tok, Prompter(tok, **launch.prompter_kwargs(c)), eos[0],
-                       agent_kwargs={**launch.agent_kwargs(c), "eos_token_ids": eos}, judges=dict(r.judges),
+                       agent_kwargs={**c.agent.loop_kwargs(), "eos_token_ids": eos}, judges=dict(r.judges),
                        cost_scale=r.cost_scale, latency_scale=r.latency_scale, price_in=c.model.price_in_per_mtok,
                        price_out=c.model.price_out_per_mtok, results_path=run_dir / "router" / "explore.jsonl",
                        on_episode=lambda _rec: bars.advance(bar))
@@ -113,7 +113,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
         top = ", ".join(f"{p} {v / len(tasks):.0%}" for p, v in counts.most_common(3))
         console.print(f"  teacher, {name}: {top}")
     samples = scripted_samples([(lab.task, lab.plan.texts()) for lab in labels], tools, tok,
-                               launch.prompter_kwargs(c), launch.agent_kwargs(c), eos, c.sampling.max_tokens)
+                               launch.prompter_kwargs(c), c.agent.loop_kwargs(), eos, c.sampling.max_tokens)
     console.print(f"  teacher: {len(outcomes)} exploration episodes ({len(tasks)} tasks x {len(plans)} plans) in "
                   f"{explore_s:.0f}s; {len(labels)} expected-value labels -> {len(samples)} samples; estimator "
                   f"router saved in {run_dir / 'router'}")

@@ -252,11 +252,8 @@ class OrchestraAgentLoop(AgentLoopBase):
         # A sample is at most prompt_length + response_length tokens in verl; reprompt prompts are kept short by
         # the doc/code/attempt character budgets (an overlong one is left-truncated in `_output`).
         ctx_tokens = self.prompt_len + self.response_len
-        loop = AgentLoop(engine, tools, prompter, context_mode=a.context_mode, answer_mode=a.answer_mode,
-                         max_turns=a.max_turns, max_calls_per_turn=a.max_calls_per_turn,
-                         max_context_tokens=ctx_tokens, budget_usd=a.budget.usd, budget_seconds=a.budget.seconds,
-                         budget_turns=a.budget.turns, count_generation_latency=a.count_generation_latency,
-                         eos_token_ids=self._eos_ids(), repeat_guard=a.repeat_guard)
+        loop = AgentLoop.from_config(a, engine, tools, prompter, eos_token_ids=self._eos_ids(),
+                                     max_context_tokens=ctx_tokens)
         sampling = Sampling(max_tokens=min(cfg.sampling.max_tokens, self.response_len))
         traj = await loop.run(task, sampling, uid=uid, episode_id=f"{uid}_{session}",
                               policy_version=int(kwargs.get("global_steps", 0) or 0))

@@ -90,15 +90,10 @@ class AgentLoop:
 
     @classmethod
     def from_config(cls, agent_cfg: Any, engine: Engine, tools: ToolClient, prompter: Prompter,
-                    eos_token_ids: list[int] | None = None) -> AgentLoop:
-        b = agent_cfg.budget
-        return cls(engine, tools, prompter, context_mode=agent_cfg.context_mode,
-                   answer_mode=agent_cfg.answer_mode, max_turns=agent_cfg.max_turns,
-                   max_calls_per_turn=agent_cfg.max_calls_per_turn,
-                   max_context_tokens=agent_cfg.max_context_tokens, budget_usd=b.usd,
-                   budget_seconds=b.seconds, budget_turns=b.turns,
-                   count_generation_latency=agent_cfg.count_generation_latency, eos_token_ids=eos_token_ids,
-                   repeat_guard=getattr(agent_cfg, "repeat_guard", False))
+                    eos_token_ids: list[int] | None = None, **overrides: Any) -> AgentLoop:
+        """The loop an experiment's `agent` section describes (AgentConfig.loop_kwargs); `overrides` replace
+        single settings where the caller knows better (the verl plugin's context length)."""
+        return cls(engine, tools, prompter, eos_token_ids=eos_token_ids, **{**agent_cfg.loop_kwargs(), **overrides})
 
     async def run(self, task: Task, sampling: Sampling, uid: str = "", episode_id: str = "",
                   policy_version: int = 0, budget_usd: float | None = None, budget_seconds: float | None = None,

@@ -132,6 +132,15 @@ class AgentConfig:
                 "attempt_chars": self.attempt_chars, "max_observation_chars": self.max_observation_chars,
                 "preference_words": self.preference_words, "prompt_format": self.prompt_format}
 
+    def loop_kwargs(self) -> dict[str, Any]:
+        """orchestra.agent.loop.AgentLoop's settings: the one mapping the trainer's rollout workers, evaluation,
+        the warm start, replay, Serve and the verl plugin all build their loop from."""
+        b = self.budget
+        return {"context_mode": self.context_mode, "answer_mode": self.answer_mode, "max_turns": self.max_turns,
+                "max_calls_per_turn": self.max_calls_per_turn, "max_context_tokens": self.max_context_tokens,
+                "budget_usd": b.usd, "budget_seconds": b.seconds, "budget_turns": b.turns,
+                "count_generation_latency": self.count_generation_latency, "repeat_guard": self.repeat_guard}
+
 
 # ---------------------------------------------------------------- tools and experts (the zoo)
 @dataclass

@@ -62,7 +62,7 @@ def run(tmp_path_factory):
     _overfit(model, tok, prompter, tools, tasks, eos_token_ids(tok)[0])
     episodes.save_weights(run_dir, VERSION, {k: v.detach().clone() for k, v in model.state_dict().items()})
     engine = HFEngine.from_model(model, tok, max_batch_size=16)
-    loop = AgentLoop(engine, tools, prompter, eos_token_ids=eos_token_ids(tok), **launch.agent_kwargs(cfg))
+    loop = AgentLoop(engine, tools, prompter, eos_token_ids=eos_token_ids(tok), **cfg.agent.loop_kwargs())
     sampling = {"max_tokens": 32, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
     requests = [{"task": t.to_dict(), "uid": f"s1-{i}-{t.id}", "group_size": 2, "episode_id": f"s1-e{2 * i + k}",
                  "seed": episodes.episode_seed(0, 1, 2 * i + k)} for i, t in enumerate(tasks) for k in range(2)]
