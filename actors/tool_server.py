@@ -2,7 +2,7 @@
 
 `ToolServer` is a plain async class hosting ONE tool, built inside the actor from (zoo config dict, tool
 name) through tools/registry.py so no big object (index, corpus) is pickled. Around every call it adds what
-production tool servers need: a concurrency limit, a token-bucket rate limit, a per-call timeout, bounded
+production tool servers need: a concurrency limit, a token-bucket rate limit (actors/rate_limit.py), a per-call timeout, bounded
 retries with exponential backoff for results flagged `retryable`, an optional LRU result cache, and
 reports service time (`latency_s`, from the tool) apart from queueing (`meta["queue_s"]`).
 Paid calls go through the `SpendLedger`: reserve the call's cost bound first, settle the actual cost after;
@@ -29,33 +29,9 @@ from typing import Any
 import ray
 
 from actors import metrics
+from actors.rate_limit import RateLimiter
 from orchestra.types import Task, ToolCall, ToolContext, ToolResult
 from tools.base import guarded_call, unknown_tool
-
-
-class TokenBucket:
-    """`rate` calls per second on average, bursts up to `burst`; rate <= 0 means unlimited."""
-
-    def __init__(self, rate: float, burst: float | None = None):
-        self.rate = float(rate)
-        self.capacity = float(burst if burst is not None else max(1.0, rate))
-        self.tokens, self.stamp = self.capacity, time.monotonic()
-        self._lock = asyncio.Lock()
-
-    async def acquire(self) -> float:
-        """Wait for a token; return the seconds waited."""
-        if self.rate <= 0:
-            return 0.0
-        start = time.monotonic()
-        async with self._lock:  # FIFO: waiters are served in arrival order
-            while True:
-                now = time.monotonic()
-                self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
-                self.stamp = now
-                if self.tokens >= 1.0:
-                    self.tokens -= 1.0
-                    return time.monotonic() - start
-                await asyncio.sleep((1.0 - self.tokens) / self.rate)
 
 
 class SpendLedger:
@@ -130,7 +106,7 @@ class ToolServer:
             self.tool = build_tools(zoo_cfg, [tool_name], **(build_kwargs or {}))[tool_name]
         self.name = tool_name
         self.timeout_s, self.retries, self.backoff_s = float(timeout_s), int(retries), float(backoff_s)
-        self.bucket = TokenBucket(rate_limit_per_s, rate_burst)
+        self.bucket = RateLimiter(rate_limit_per_s, rate_burst)
         self.cache_size = int(cache_size)
         self.cache: collections.OrderedDict[str, ToolResult] = collections.OrderedDict()
         self.slots = asyncio.Semaphore(max(int(max_concurrency), 1))

@@ -1,4 +1,4 @@
-"""The Serve endpoint's wire format: settings, request schemas and validation, API keys, rate limit, and the
+"""The Serve endpoint's wire format: settings, request schemas and validation, API keys, and the
 OpenAI-shaped response / SSE chunk builders. Pure Python (pydantic), no Ray and no engine, so it is unit
 tested without a cluster.
 
@@ -125,30 +125,6 @@ class KeyCheck:
         if not ok:
             raise ApiError(401, "invalid API key", kind="authentication_error")
         return hashlib.sha256(given).hexdigest()[:12]
-
-
-class RateLimiter:
-    """Token bucket per identity: `rate` requests/s sustained, `burst` at once. rate <= 0 disables it."""
-
-    def __init__(self, rate: float, burst: int, clock: Any = time.monotonic, max_identities: int = 10_000):
-        self.rate, self.burst, self.clock = float(rate), max(int(burst), 1), clock
-        self.max_identities = max_identities
-        self._buckets: dict[str, tuple[float, float]] = {}  # identity -> (tokens, last time)
-
-    def take(self, identity: str) -> float:
-        """0.0 if the request may go now, else the seconds until it may (for Retry-After)."""
-        if self.rate <= 0:
-            return 0.0
-        now = self.clock()
-        tokens, last = self._buckets.get(identity, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - last) * self.rate)
-        if len(self._buckets) >= self.max_identities and identity not in self._buckets:
-            self._buckets.clear()  # bounded memory against identity churn (open servers keyed by address)
-        if tokens >= 1.0:
-            self._buckets[identity] = (tokens - 1.0, now)
-            return 0.0
-        self._buckets[identity] = (tokens, now)
-        return (1.0 - tokens) / self.rate
 
 
 # ---------------------------------------------------------------- request schema

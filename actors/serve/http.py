@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import Request  # module level: FastAPI resolves the string annotations against these globals
 
 from actors import metrics
+from actors.rate_limit import RateLimiter
 from actors.serve import api
 from actors.serve.api import ApiError, ChatRequest
 from actors.serve.service import OrchestraService
@@ -60,7 +61,7 @@ def create_api(service: OrchestraService, *, api_keys: list[str] | None = None, 
     from fastapi.responses import JSONResponse, StreamingResponse
 
     keys = api.KeyCheck(list(api_keys or []))
-    limiter = api.RateLimiter(rate_limit_per_s, rate_limit_burst)
+    limiter = RateLimiter(rate_limit_per_s, rate_limit_burst)
     if not keys.enabled:
         log.warning("serving without API keys: anyone who can reach this port can spend the zoo's budget")
     app = FastAPI(title="Orchestra", docs_url=None, redoc_url=None)

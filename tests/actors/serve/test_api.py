@@ -55,17 +55,6 @@ def test_key_check_is_bearer_and_never_echoes_the_key(monkeypatch):
     assert api.api_keys(api.ServeSettings(api_keys=["k0"], api_keys_env="MY_KEYS")) == ["k0", "k1", "k2"]
 
 
-def test_rate_limiter_token_bucket():
-    now = [0.0]
-    rl = api.RateLimiter(rate=2.0, burst=3, clock=lambda: now[0])
-    assert [rl.take("a") for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert rl.take("a") == pytest.approx(0.5)
-    assert rl.take("b") == 0.0  # per identity
-    now[0] = 0.5
-    assert rl.take("a") == 0.0 and rl.take("a") > 0
-    assert api.RateLimiter(rate=0, burst=1).take("a") == 0.0  # disabled
-
-
 def test_settings_and_cli_plan():
     with pytest.raises(ValueError, match="max_tokens_limt"):
         api.settings_from_dict({"max_tokens_limt": 3})
