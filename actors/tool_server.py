@@ -173,24 +173,35 @@ class ToolServer:
         return state
 
     async def _attempts(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        cost = latency = waited = 0.0
-        result = ToolResult.failure(f"{self.name}: not called")
-        for attempt in range(self.retries + 1):
+        """`_once`, retried by tenacity while the result says `retryable` (exponential backoff from backoff_s);
+        the $ and seconds of every attempt are summed into the result, so a retried paid call is paid in full."""
+        from tenacity import AsyncRetrying, retry_if_result, stop_after_attempt, wait_exponential
+
+        total = {"cost": 0.0, "latency": 0.0, "waited": 0.0, "attempts": 0}
+
+        async def once() -> ToolResult:
             result = await self._once(args, ctx)
-            cost += result.cost_usd
-            latency += result.latency_s
-            if result.ok or not result.retryable or attempt == self.retries:
-                break
+            total["cost"] += result.cost_usd
+            total["latency"] += result.latency_s
+            total["attempts"] += 1
+            return result
+
+        def before_sleep(state: Any) -> None:
             self.counts["retries"] += 1
-            pause = self.backoff_s * (2 ** attempt)
-            waited += pause
-            await asyncio.sleep(pause)
+            total["waited"] += state.next_action.sleep
+
+        retrying = AsyncRetrying(stop=stop_after_attempt(self.retries + 1),
+                                 wait=wait_exponential(multiplier=self.backoff_s, min=0.0, exp_base=2),
+                                 retry=retry_if_result(lambda r: not r.ok and r.retryable),
+                                 before_sleep=before_sleep,
+                                 retry_error_callback=lambda state: state.outcome.result())  # the last result
+        result = await retrying(once)
         if not result.ok:
             self.counts["errors"] += 1
-        meta = {**result.meta, "attempts": attempt + 1}
-        if waited:
-            meta["retry_wait_s"] = waited
-        return dataclasses.replace(result, cost_usd=cost, latency_s=latency, meta=meta)
+        meta = {**result.meta, "attempts": total["attempts"]}
+        if total["waited"]:
+            meta["retry_wait_s"] = total["waited"]
+        return dataclasses.replace(result, cost_usd=total["cost"], latency_s=total["latency"], meta=meta)
 
     async def _once(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         token = None
