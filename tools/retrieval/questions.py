@@ -4,7 +4,9 @@ A questions file is JSONL (one object a line) or a JSON list of objects, each wi
 gold in one of three fields:
 * `supporting_ids` — passage ids of the index (the finest gold: a sentence corpus needs it);
 * `supporting_titles` — passage titles: a title counts as found when any hit carries it;
-* `supporting_facts` — HotpotQA's `[[title, sentence_no], ...]`, read as the titles (HotpotQA files load as is).
+* `supporting_facts` — HotpotQA's `[[title, sentence_no], ...]`, read as the titles (HotpotQA files load as is);
+* `paragraphs` — MuSiQue's `[{title, paragraph_text, is_supporting, ...}, ...]`: the titles of the paragraphs
+  flagged `is_supporting` (MuSiQue files load as is; at least one must be flagged).
 Every gold id or title must be in the index: a gold that cannot be retrieved is a mismatch between the files, not
 a miss, so it is refused. Errors are one line naming the file, the row (JSONL: line) and the field, raised before
 anything is written. Fitting and the CLI are tools/retrieval/fit.py and __main__.py.
@@ -21,7 +23,7 @@ from typing import Any
 from orchestra.jsonl import JSONLError, iter_jsonl
 from tools.retrieval.corpus import Hit, Passage
 
-GOLD_FIELDS = ("supporting_ids", "supporting_titles", "supporting_facts")
+GOLD_FIELDS = ("supporting_ids", "supporting_titles", "supporting_facts", "paragraphs")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,13 @@ def _gold(row: dict[str, Any], where: str) -> tuple[str, list[Any], str]:
     values = row[field]
     if not isinstance(values, list) or not values:
         raise ValueError(f"{where} field {field!r}: expected a non-empty list, got {str(values)[:60]!r}")
+    if field == "paragraphs":
+        if not all(isinstance(v, dict) and isinstance(v.get("title"), str) for v in values):
+            raise ValueError(f"{where} field 'paragraphs': expected [{{title, is_supporting, ...}}, ...]")
+        gold = [v["title"] for v in values if v.get("is_supporting") is True]
+        if not gold:
+            raise ValueError(f"{where} field 'paragraphs': no paragraph has is_supporting: true")
+        return field, gold, "title"
     if field == "supporting_facts":
         if not all(isinstance(v, list) and v and isinstance(v[0], str) for v in values):
             raise ValueError(f"{where} field 'supporting_facts': expected [[title, sentence_no], ...]")

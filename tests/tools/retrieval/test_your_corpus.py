@@ -137,10 +137,13 @@ def test_questions_files_and_their_errors(tmp_path, corpus):
     passages = load_passages(corpus)
     good = write(tmp_path / "q.jsonl", [{"question": "the kelp?", "supporting_ids": ["d10"]},
                                         {"question": "the dune?", "supporting_titles": ["Dune"]},
-                                        {"question": "hotpot", "supporting_facts": [["Ember", 0], ["Fjord", 2]]}])
+                                        {"question": "hotpot", "supporting_facts": [["Ember", 0], ["Fjord", 2]]},
+                                        {"question": "musique", "paragraphs": [  # MuSiQue's layout
+                                            {"idx": 0, "title": "Kelp", "paragraph_text": "..", "is_supporting": False},
+                                            {"idx": 1, "title": "Dune", "paragraph_text": "..", "is_supporting": True}]}])
     qs = load_questions(good, passages)
     assert [(q.by, sorted(q.gold)) for q in qs] == [("id", ["d10"]), ("title", ["Dune"]),
-                                                    ("title", ["Ember", "Fjord"])]
+                                                    ("title", ["Ember", "Fjord"]), ("title", ["Dune"])]
     assert qs[1].recall([Hit("d3", "Dune", "", 1.0)], 10) == 1.0 and qs[2].recall([Hit("d4", "Ember", "", 1)], 10) == 0.5
     as_list = tmp_path / "q.json"
     as_list.write_text(json.dumps([{"question": "x", "supporting_ids": ["d1"]}, {"question": "y"}]))
@@ -149,6 +152,10 @@ def test_questions_files_and_their_errors(tmp_path, corpus):
         "line 1 field 'question'": [{"question": "", "supporting_ids": ["d1"]}],
         "line 1 field 'supporting_ids': 'nope' is no passage id": [{"question": "a", "supporting_ids": ["nope"]}],
         "line 1 field 'supporting_titles': expected a non-empty list": [{"question": "a", "supporting_titles": []}],
+        "line 1 field 'paragraphs': no paragraph has is_supporting": [
+            {"question": "a", "paragraphs": [{"title": "Dune", "is_supporting": False}]}],
+        "line 1 field 'paragraphs': 'Atlantis' is no passage title": [
+            {"question": "a", "paragraphs": [{"title": "Atlantis", "is_supporting": True}]}],
         "line 1: needs exactly one gold field": [{"question": "a", "supporting_ids": ["d1"],
                                                   "supporting_titles": ["Dune"]}],
     }
@@ -190,7 +197,7 @@ def test_cli_bm25_build_search_eval_and_bad_input(tmp_path, corpus, capsys):
     bad = write(tmp_path / "bad.jsonl", [{"question": "q", "supporting_ids": ["d1"]}, {"question": "q"}])
     rc, out, err = run(capsys, "build", "--corpus", corpus, "--out", tmp_path / "new", "--questions", bad)
     assert rc == 2 and err == f"error: {bad} line 2: needs exactly one gold field of supporting_ids, " \
-                              "supporting_titles, supporting_facts, got none\n"
+                              "supporting_titles, supporting_facts, paragraphs, got none\n"
     assert not (tmp_path / "new").exists()
     rc, _, err = run(capsys, "search", "--index", tmp_path / "missing", "--query", "x")
     assert rc == 2 and "no info.json" in err and len(err.splitlines()) == 1
