@@ -95,24 +95,61 @@ def _outside_legend(ax: Any, title: str = "tool tier") -> None:
               loc="upper left", ncols=1 + len(labels) // 25)
 
 
-def plot_pareto(rows: list[dict[str, Any]], path: str | Path) -> Path:
+# colour = preset, marker = policy: the named presets keep their colours across plots; any other vector (a sweep
+# point, a user's own) takes one of a colormap's shades no preset uses; fixed routers ignore the preference: black
+PRESET_COLOURS = {"accuracy-first": "tab:blue", "balanced": "tab:green", "cost-first": "tab:orange",
+                  "latency-first": "tab:purple"}
+POLICY_MARKERS = {"orchestrator": "*", "estimator": "D", "strongest": "^", "cheapest": "v", "random": "x",
+                  "heuristic": "s", "oracle": "P"}
+SPARE_MARKERS = ("o", "h", "p", "<", ">", "X", "d", "8")
+
+
+def preset_colours(prefs: list[str]) -> dict[str, Any]:
+    """One distinct colour per preference: the named presets' own, the rest from viridis."""
+    import matplotlib
+
+    others = [p for p in dict.fromkeys(prefs) if p not in PRESET_COLOURS]
+    cmap = matplotlib.colormaps["viridis"]
+    spare = {p: cmap(0.15 + 0.7 * i / max(len(others) - 1, 1)) for i, p in enumerate(others)}
+    return {p: PRESET_COLOURS.get(p, spare.get(p)) for p in dict.fromkeys(prefs)}
+
+
+def policy_markers(policies: list[str]) -> dict[str, str]:
+    spare = iter(m for m in SPARE_MARKERS if m not in POLICY_MARKERS.values())
+    return {p: POLICY_MARKERS.get(p) or next(spare, ".") for p in dict.fromkeys(policies)}
+
+
+def pareto_figure(rows: list[dict[str, Any]]) -> Any:
+    """Accuracy vs ¢ with CIs: marker = policy, colour = preset (fixed routers black), the fixed-router frontier
+    dashed; two legends' worth of entries in one box, each entry once."""
+    from matplotlib.lines import Line2D
+
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    base = [r for r in rows if r["policy"] in BASELINES]
-    others = [r for r in rows if r["policy"] not in BASELINES]
-    for group, marker in ((base, "o"), (others, "*")):
-        for r in group:
-            ax.errorbar(r["cost_cents"], r["accuracy"], xerr=r.get("cost_cents_ci", 0), yerr=r.get("accuracy_ci", 0),
-                        fmt=marker, markersize=10 if marker == "*" else 6, capsize=3, label=_label(r))
-    front = frontier([(r["cost_cents"], r["accuracy"]) for r in base if r["policy"] in FIXED_ROUTERS])
+    learned = [r for r in rows if r["policy"] not in BASELINES]
+    colours = preset_colours([r["preference"] for r in learned])
+    markers = policy_markers([r["policy"] for r in rows])
+    for r in rows:
+        colour = "black" if r["policy"] in BASELINES else colours[r["preference"]]
+        m = markers[r["policy"]]
+        ax.errorbar(r["cost_cents"], r["accuracy"], xerr=r.get("cost_cents_ci", 0), yerr=r.get("accuracy_ci", 0),
+                    fmt=m, color=colour, markersize=10 if m == "*" else 6, capsize=3)
+    handles = [Line2D([], [], linestyle="", marker=m, color="dimgrey", label=p) for p, m in markers.items()]
+    handles += [Line2D([], [], linestyle="-", linewidth=4, color=c, label=p) for p, c in colours.items()]
+    front = frontier([(r["cost_cents"], r["accuracy"]) for r in rows if r["policy"] in FIXED_ROUTERS])
     if len(front) > 1:
-        ax.plot([c for c, _ in front], [a for _, a in front], "k--", linewidth=1, label="fixed-router frontier")
+        ax.plot([c for c, _ in front], [a for _, a in front], "k--", linewidth=1)
+        handles.append(Line2D([], [], color="k", linestyle="--", linewidth=1, label="fixed-router frontier"))
     ax.set_xlabel("mean cost per task (¢)")
     ax.set_ylabel("accuracy")
-    ax.set_title("Accuracy vs cost")
+    ax.set_title("Accuracy vs cost (marker: policy; colour: preset; black: fixed routers)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    return _save(plt, fig, path)
+    ax.legend(handles=handles, fontsize=7, loc="best")
+    return fig
+
+
+def plot_pareto(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    return _save(_plt(), pareto_figure(rows), path)
 
 
 def tool_mix_figure(rows: list[dict[str, Any]], catalogue: Collection[str] | None = None) -> Any:
@@ -171,13 +208,16 @@ def plot_yardstick(curves: dict[str, Any], path: str | Path, axis: str = "share"
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 5))
     pct = lambda xs: [100.0 * x for x in xs]  # noqa: E731  (RouteLLM's axis is in percent)
+    routers = [n for n in curves if n not in ("random", "oracle")]
+    palette = _distinct(len(routers), reserved=("C3", "C7"))  # red and grey mark always-strong and the oracle
     for name, c in curves.items():
         if name == "random":
             ax.plot(pct(c.x), c.accuracy, ":", color="k", linewidth=1, label="random (APGR 0.50)")
         elif name == "oracle":
             ax.plot(pct(c.x), c.accuracy, "-x", color="C7", linewidth=1, label=f"oracle (APGR {c.apgr:.2f})")
         else:
-            ax.plot(pct(c.x), c.accuracy, "-o", markersize=3, label=f"{name} (APGR {c.apgr:.2f})")
+            ax.plot(pct(c.x), c.accuracy, "-o", markersize=3, color=palette[routers.index(name)],
+                    label=f"{name} (APGR {c.apgr:.2f})")
     ref = next(iter(curves.values()))
     ax.axhline(ref.weak, color="grey", linestyle="--", linewidth=1, label=names[0])
     ax.axhline(ref.strong, color="red", linestyle="--", linewidth=1, label=names[1])
@@ -188,6 +228,17 @@ def plot_yardstick(curves: dict[str, Any], path: str | Path, axis: str = "share"
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     return _save(plt, fig, path)
+
+
+def _distinct(n: int, reserved: tuple[str, ...] = ()) -> list[Any]:
+    """n colours, none repeated and none in `reserved`: the default cycle's while it lasts, then viridis shades."""
+    import matplotlib
+
+    cycle = [f"C{i}" for i in range(10) if f"C{i}" not in reserved]
+    if n <= len(cycle):
+        return cycle[:n]
+    cmap = matplotlib.colormaps["viridis"]
+    return [cmap(i / max(n - 1, 1)) for i in range(n)]
 
 
 def _save(plt: Any, fig: Any, path: str | Path) -> Path:

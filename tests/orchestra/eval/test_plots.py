@@ -88,3 +88,36 @@ def test_routing_chart_only_for_multi_preset_reports(tmp_path):
     single = write_report(_records(["balanced"]), tmp_path / "single", catalogue=CATALOGUE)
     assert not (tmp_path / "single" / "routing_by_preset.png").exists()
     assert [p.rsplit("/", 1)[1] for p in single["plots"]] == ["pareto.png", "tool_mix.png"]
+
+
+def test_pareto_colour_is_the_preset_and_marker_the_policy():
+    """12 series (the report that ran out of a 10-colour cycle): each preset one colour, each policy one marker,
+    fixed routers black, every legend entry once."""
+    import matplotlib.colors as mc
+    import matplotlib.pyplot as plt
+
+    from orchestra.eval.plots import pareto_figure
+
+    prefs = ["accuracy-first", "balanced", "cost-first", "latency-first", "sweep:cost=0.3"]
+    rows = [{"policy": p, "preference": "balanced", "cost_cents": 0.1 * i, "accuracy": 0.5}
+            for i, p in enumerate(("strongest", "cheapest", "random"))]
+    rows += [{"policy": pol, "preference": pref, "cost_cents": 0.2, "accuracy": 0.6}
+             for pol in ("orchestrator", "estimator") for pref in prefs[:4]]
+    rows.append({"policy": "orchestrator", "preference": prefs[4], "cost_cents": 0.3, "accuracy": 0.7})
+    fig = pareto_figure(rows)
+    ax = fig.axes[0]
+    data = [c.lines[0] for c in ax.containers]  # each errorbar's data line (its caps are lines too)
+    series = [(line.get_marker(), mc.to_hex(line.get_color())) for line in data]
+    by_pref = {}
+    for r, (marker, colour) in zip(rows, series, strict=True):
+        assert marker == {"strongest": "^", "cheapest": "v", "random": "x", "orchestrator": "*",
+                          "estimator": "D"}[r["policy"]]
+        if r["policy"] in ("strongest", "cheapest", "random"):
+            assert colour == "#000000"
+        else:
+            by_pref.setdefault(r["preference"], set()).add(colour)
+    assert all(len(c) == 1 for c in by_pref.values())  # one colour per preset ...
+    assert len({next(iter(c)) for c in by_pref.values()}) == len(prefs)  # ... and no two presets share one
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(legend) == len(set(legend)) and set(prefs) <= set(legend)
+    plt.close(fig)
