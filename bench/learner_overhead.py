@@ -63,7 +63,8 @@ def make_samples(n: int, prompt: int, response: int, vocab: int, seed: int = 0) 
         r = [rng.randrange(3, vocab) for _ in range(response + rng.randint(-10, 10))]
         m = [1] * len(r)
         if i % 3 == 0:
-            m[len(r) // 2:len(r) // 2 + 8] = [0] * 8  # a tool observation inside the response
+            k = min(8, len(r) - len(r) // 2)
+            m[len(r) // 2:len(r) // 2 + k] = [0] * k  # a tool observation inside the response
         out.append(TrainSample(p, r, m, [-5.0] * len(r), advantage=rng.choice([-1.0, -0.3, 0.4, 1.1])))
     return out
 

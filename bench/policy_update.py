@@ -12,7 +12,7 @@ median of `--repeats`:
 Prints RESULT policy_update_s (lora+p, seconds per update), RESULT lora_speedup (full ÷ lora) and
 RESULT shared_prefix_speedup (lora ÷ lora+p). KL is off (cpu_smollm2's kl_coef 0), one PPO epoch.
 
-Usage: .venv/bin/python bench/policy_update.py [--samples 24] [--tail 60] [--response 30] [--repeats 3]
+Usage: .venv/bin/python bench/policy_update.py [--samples 24] [--tail 60] [--response 30] [--repeats 3] [--model tiny]
 """
 
 from __future__ import annotations
@@ -57,14 +57,16 @@ def main() -> int:
     ap.add_argument("--tail", type=int, default=60)
     ap.add_argument("--response", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2",
+                    help="tiny: the 1M-parameter policy (a seconds-long check that the script runs)")
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     from orchestra.policy.lora import attach
     from orchestra.policy.models import load_policy
 
     try:
-        model, tok = load_policy("smollm2")
-        name = "smollm2"
+        name = args.model
+        model, tok = load_policy(name)
     except ImportError as e:
         print(f"INFO smollm2 unavailable ({e}); measuring the tiny policy instead", flush=True)
         model, tok = load_policy("tiny")

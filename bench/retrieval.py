@@ -201,10 +201,24 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=1000, help="queries for the 100k FAISS figure")
     parser.add_argument("--weakened", action="store_true", help="also the four weakened-member variants")
     parser.add_argument("--no-faiss", action="store_true", help="skip the 100k FAISS figure")
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds: 8 questions over their own context paragraphs, no FAISS (a check that it runs)")
     args = parser.parse_args()
     base = Path(args.shared_data) / "retrieval" / "hotpotqa"
     questions = json.loads((base / "hotpotqa_train_100.json").read_text())
     corpus_path = base / "hotpotqa_train_100_corpus.json"
+    if args.smoke:
+        import atexit
+        import tempfile
+
+        questions, args.no_faiss = questions[:8], True
+        keep = {title for q in questions for title, _ in q["context"]}
+        small = {t: v for t, v in json.loads(corpus_path.read_text()).items() if t in keep}
+        fd, name = tempfile.mkstemp(suffix=".json", prefix="orchestra-bench-retrieval-")
+        os.close(fd)
+        corpus_path = Path(name)
+        atexit.register(corpus_path.unlink, missing_ok=True)
+        corpus_path.write_text(json.dumps(small))
     queries = [q["question"] for q in questions]
     embedder = Embedder()
 

@@ -55,8 +55,8 @@ async def main(args: argparse.Namespace) -> None:
     median = {n: statistics.median(v) for n, v in rates.items()}
     for n in sizes:
         print(f"INFO n={n}: median {median[n]:.0f} tok/s ({median[n] / median[sizes[0]]:.2f}x n={sizes[0]})")
-    if 16 in median and 128 in median:
-        print(f"RESULT rollout_scaling_128_vs_16={median[128] / median[16]:.2f}")
+    lo, hi = min(sizes), max(sizes)  # the default sizes give rollout_scaling_128_vs_16
+    print(f"RESULT rollout_scaling_{hi}_vs_{lo}={median[hi] / median[lo]:.2f}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ not model time. Measured side by side in one run:
 Prints `RESULT serve_overhead_p50_ms=...` (goal <= 15), `RESULT serve_overhead_p99_ms=...`,
 `RESULT serve_load_errors=...` (must be 0), the load throughput, `RESULT router_overhead_p50_ms=...` and
 `RESULT router_pick_p50_ms=...` (the part of it that is the router's choice: embedding + estimator).
-`--router-only` runs step 4 alone (no Ray).
+`--router-only` runs step 4 alone (no Ray); `--smoke` step 4 with 10 pairs (tests).
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ async def router_pairs(svc, expert, n: int, warmup: int = 10) -> tuple[list[floa
     return bare, routed
 
 
-def router_overhead() -> None:
+def router_overhead(n: int = N_ROUTER) -> None:
     import torch
 
     from tests.helpers.fake_openai import FakeOpenAI
@@ -187,17 +187,18 @@ def router_overhead() -> None:
             return engine
 
         svc.router = timed
-        bare, routed = asyncio.run(router_pairs(svc, expert, N_ROUTER))
+        bare, routed = asyncio.run(router_pairs(svc, expert, n))
     added = [r - b for r, b in zip(routed, bare, strict=True)]
     print(f"router mode: bare expert call p50 {statistics.median(bare) * 1000:.2f} ms, routed request p50 "
-          f"{statistics.median(routed) * 1000:.2f} ms (expert service time {EXPERT_S * 1000:.0f} ms, N={N_ROUTER})")
+          f"{statistics.median(routed) * 1000:.2f} ms (expert service time {EXPERT_S * 1000:.0f} ms, N={n})")
     print(f"RESULT router_overhead_p50_ms={statistics.median(added) * 1000:.2f}")
-    print(f"RESULT router_pick_p50_ms={statistics.median(picks[-N_ROUTER:]) * 1000:.2f}")
+    print(f"RESULT router_pick_p50_ms={statistics.median(picks[-n:]) * 1000:.2f}")
 
 
 def main() -> None:
-    router_overhead()  # first, in-process: before Ray's processes share the CPUs
-    if "--router-only" in sys.argv:
+    smoke = "--smoke" in sys.argv  # 10 router pairs, no Serve: a seconds-long check that the script runs
+    router_overhead(10 if smoke else N_ROUTER)  # first, in-process: before Ray's processes share the CPUs
+    if "--router-only" in sys.argv or smoke:
         return
     import ray
     from ray import serve
