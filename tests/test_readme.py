@@ -346,7 +346,7 @@ def check_curl(argv: list[str]) -> None:
     http, app = serve["http_options"], serve["applications"][0]
     url = urlparse(next(a for a in argv if a.startswith("http")))
     assert url.hostname in ("127.0.0.1", "localhost") and url.port == http["port"], url.geturl()
-    assert f'"{url.path}"' in (ROOT / "actors" / "serve" / "app.py").read_text(), f"the app serves no {url.path}"
+    assert f'"{url.path}"' in (ROOT / "actors" / "serve" / "http.py").read_text(), f"the app serves no {url.path}"
     if "-d" in argv:
         body = json.loads(argv[argv.index("-d") + 1])
         assert body["model"] == app["args"]["model_id"], body["model"]
