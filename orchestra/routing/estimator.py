@@ -3,17 +3,25 @@ with the highest expected reward under the request's own preference.
 
 What it learns from: `Outcome` rows, every plan (orchestra/routing/plans.py) played on each training task
 (exploration episodes on any zoo; recorded outcomes on replay zoos). Per plan:
-  P(correct | x)   L2-regularised logistic regression (scikit-learn), `C` its inverse strength;
-  $, seconds       ridge regressions, clipped at 0;
+  P(correct | x)   chosen per run by k-fold cross-validation on the training tasks (orchestra/routing/select.py):
+                   L2-regularised logistic regression (scikit-learn) over a grid of `C`, with or without the meta
+                   one-hots, the smoothed mean outcome of the k nearest training tasks (kNN, cosine), or the
+                   mean of the best of each, by the lowest log-loss; `select=False` (or too few tasks) fits the
+                   logistic regression at the given `C`;
+  $, seconds       ridge regressions (strength chosen by the same cross-validation), floored at each plan's
+                   least training value;
 where x = TaskFeatures: the sentence embedding of the problem text (the all-MiniLM-L6-v2 weights the project
 ships, tools/retriever.Embedder), plus one-hot `task.meta` fields named in `meta_keys` (e.g. family,
-difficulty) when the data carries them. A plan whose training outcome never varies gets a constant, smoothed
-estimate ((k + 1) / (n + 2)).
+difficulty) when the data carries them (`n_meta` columns at the end: `fit(..., n_meta=features.n_meta)` lets the
+selection try without them). A plan whose training outcome never varies gets a constant, smoothed estimate
+((k + 1) / (n + 2)). The choice and every candidate's cross-validated score are saved with the router.
 
 The choice is the expectation of the `scalar` rubric (reward/rubric.py), so it follows any preference vector
 by construction, tool likes and dislikes included:
   EV(plan) = P_acc·p̂ − P_cost·$̂/cost_scale − P_lat·ŝ/latency_scale + Σ_t P_tool:t · (calls of tier t).
-Saved as plain arrays (npz) plus JSON, never pickle: loading a router runs no code from the file.
+Saved as plain arrays (npz) plus JSON, never pickle: loading a router runs no code from the file. A kNN (or
+blend) router keeps its training rows and per-task outcome sums (`knn_*` arrays); files written before the
+selection existed (no `model` entry) load as the logistic regressions they are.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestra.routing import select as model_select
 from orchestra.routing.plans import Outcome, Plan
 from orchestra.types import Preference, Task
 
@@ -49,6 +58,11 @@ class TaskFeatures:
         cols = [np.array([[str(t.meta.get(k)) == v for v in self.vocab.get(k, [])] for t in tasks], dtype=np.float64)
                 .reshape(len(tasks), -1) for k in self.meta_keys]
         return np.hstack([emb, *cols]) if cols else emb
+
+    @property
+    def n_meta(self) -> int:
+        """How many one-hot meta columns end each row (the estimator's selection may leave them out)."""
+        return sum(len(self.vocab.get(k, [])) for k in self.meta_keys)
 
 
 @dataclass
@@ -76,19 +90,35 @@ def expected_reward(exp: Expected, plans: Sequence[Plan], pref: Preference, cost
 class RouteEstimator:
     """Per-plan predictors of correctness, $ and seconds over task features (module docstring)."""
 
-    def __init__(self, plans: Sequence[Plan], C: float = 1.0, alpha: float = 1.0):
+    def __init__(self, plans: Sequence[Plan], C: float = 1.0, alpha: float = 1.0, select: bool = True,
+                 folds: int = 5, seed: int = 0):
         if not plans:
             raise ValueError("the estimator router needs at least one plan")
         self.plans, self.C, self.alpha = list(plans), float(C), float(alpha)
+        self.select, self.folds, self.seed = bool(select), int(folds), int(seed)
         self.index = {p.name: i for i, p in enumerate(self.plans)}
-        self.coef: dict[str, np.ndarray] = {}  # acc_w [P, d], acc_b [P], cost_w, cost_b, lat_w, lat_b
+        self.coef: dict[str, np.ndarray] = {}  # acc_w [P, d], acc_b [P], cost_w, cost_b, lat_w, lat_b (+ knn_*)
         self.n_train = 0
+        # the P(correct) model: kind logistic | knn | blend, C / k, meta / knn_meta (whether each part used the
+        # meta one-hots), n_meta (how many), alpha_cost / alpha_lat (the ridge strengths)
+        self.model: dict[str, Any] = {"kind": "logistic", "C": self.C, "meta": True, "n_meta": 0}
+        self.selection: dict[str, Any] = {}  # what the cross-validation chose and every candidate's score
 
     # ------------------------------------------------------------ fitting
-    def fit(self, X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome]) -> RouteEstimator:
-        """X: one feature row per task of `task_ids`; outcomes: plan results on those tasks (every plan on every
-        task; several seeds of a task are all used as samples)."""
-        from sklearn.linear_model import LogisticRegression, Ridge
+    def fit(self, X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome], n_meta: int = 0
+            ) -> RouteEstimator:
+        """X: one feature row per task of `task_ids`, its last `n_meta` columns the meta one-hots; outcomes: plan
+        results on those tasks (every plan on every task; several seeds of a task are all used as samples)."""
+        from threadpoolctl import threadpool_limits
+
+        # hundreds of small solves: BLAS threads only contend (ridge fits measured 45x slower with 2 threads than
+        # with 1 on a busy 2-core machine)
+        with threadpool_limits(limits=1):
+            return self._fit(X, task_ids, outcomes, n_meta)
+
+    def _fit(self, X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome], n_meta: int
+             ) -> RouteEstimator:
+        from sklearn.linear_model import Ridge
 
         row = {t: i for i, t in enumerate(task_ids)}
         n, d = X.shape
@@ -99,33 +129,65 @@ class RouteEstimator:
         missing = [name for name, rows in by_plan.items() if not rows]
         if missing:
             raise ValueError(f"no outcomes for plan(s) {missing} on the given tasks: explore every plan first")
+        data = model_select.plan_data(n, [[row[o.task_id] for o in by_plan[p.name]] for p in self.plans],
+                                [[float(o.correct) for o in by_plan[p.name]] for p in self.plans])
+        chosen = model_select.Candidate("logistic", C=self.C)
+        self.selection = {"method": "fixed", "chosen": chosen.name}
+        if self.select and n >= model_select.MIN_TASKS:
+            chosen, scores = model_select.cross_validate(X, data, n_meta, folds=self.folds, seed=self.seed)
+            self.selection = {"method": f"{self.folds}-fold cross-validation on the training tasks, log-loss",
+                              "seed": self.seed, "chosen": chosen.name, "scores": scores}
+        elif self.select:
+            self.selection["why"] = f"{n} tasks: too few to cross-validate (< {model_select.MIN_TASKS})"
         P = len(self.plans)
         c = {k: np.zeros((P, d)) for k in ("acc_w", "cost_w", "lat_w")}
-        c.update({k: np.zeros(P) for k in ("acc_b", "cost_b", "lat_b")})
-        for j, plan in enumerate(self.plans):
-            rows = by_plan[plan.name]
-            Xp = X[[row[o.task_id] for o in rows]]
-            y = np.array([float(o.correct) for o in rows])
-            if y.min() == y.max():  # never varies: a smoothed constant
-                p = (y.sum() + 1.0) / (len(y) + 2.0)
-                c["acc_b"][j] = np.log(p / (1 - p))
-            else:
-                m = LogisticRegression(C=self.C, max_iter=5000).fit(Xp, y)
-                c["acc_w"][j], c["acc_b"][j] = m.coef_[0], m.intercept_[0]
-            for key, target in (("cost", [o.cost_usd for o in rows]), ("lat", [o.latency_s for o in rows])):
-                r = Ridge(alpha=self.alpha).fit(Xp, np.asarray(target))
+        c.update({k: np.zeros(P) for k in ("acc_b", "cost_b", "lat_b", "cost_min", "lat_min")})
+        targets = {"cost": [np.array([o.cost_usd for o in by_plan[p.name]]) for p in self.plans],
+                   "lat": [np.array([o.latency_s for o in by_plan[p.name]]) for p in self.plans]}
+        alpha = {"cost": self.alpha, "lat": self.alpha}
+        if self.selection["method"] != "fixed":
+            for key in alpha:
+                alpha[key], errors = model_select.choose_alpha(X, data.rows, targets[key], self.folds, self.seed)
+                self.selection[f"alpha_{key}"] = {"chosen": alpha[key], "relative_squared_error": errors}
+        cols = d if chosen.meta else d - n_meta
+        for j in range(P):
+            Xp = X[data.rows[j]]
+            if chosen.kind in ("logistic", "blend"):
+                w, c["acc_b"][j], _ = model_select.fit_logistic(Xp[:, :cols], data.y[j], chosen.C)
+                c["acc_w"][j, :cols] = w  # left-out meta columns keep weight 0
+            for key, target in targets.items():
+                r = Ridge(alpha=alpha[key]).fit(Xp, target[j])
                 c[f"{key}_w"][j], c[f"{key}_b"][j] = r.coef_, r.intercept_
+                c[f"{key}_min"][j] = target[j].min()  # a floor: no plan looks cheaper than it ever was
+        if chosen.kind in ("knn", "blend"):
+            c.update(knn_X=np.asarray(X, dtype=np.float64), knn_sum=data.sums, knn_count=data.counts,
+                     knn_prior=model_select.plan_prior(data.sums, data.counts))
+        self.model = {"kind": chosen.kind, "C": chosen.C, "k": chosen.k, "meta": chosen.meta,
+                      "knn_meta": chosen.knn_meta, "n_meta": int(n_meta), "alpha_cost": alpha["cost"],
+                      "alpha_lat": alpha["lat"]}
         self.coef, self.n_train = c, n
         return self
 
     # ------------------------------------------------------------ prediction
+    def p_correct(self, X: np.ndarray) -> np.ndarray:
+        """[rows, plans] P(correct) from the fitted model (logistic, kNN or their mean)."""
+        c, kind = self.coef, self.model.get("kind", "logistic")
+        if kind in ("knn", "blend"):
+            k = int(self.model["k"])
+            knn = model_select.knn_predict(X, c["knn_X"], c["knn_sum"], c["knn_count"], c["knn_prior"], [k],
+                                     int(self.model.get("n_meta", 0)), bool(self.model.get("knn_meta", True)))[k]
+            if kind == "knn":
+                return knn
+        logistic = 1.0 / (1.0 + np.exp(-(X @ c["acc_w"].T + c["acc_b"])))
+        return logistic if kind == "logistic" else (logistic + knn) / 2
+
     def expected(self, X: np.ndarray) -> Expected:
         if not self.coef:
             raise RuntimeError("RouteEstimator.expected before fit/load")
         c = self.coef
-        logits = X @ c["acc_w"].T + c["acc_b"]
-        return Expected(1.0 / (1.0 + np.exp(-logits)), np.clip(X @ c["cost_w"].T + c["cost_b"], 0.0, None),
-                        np.clip(X @ c["lat_w"].T + c["lat_b"], 0.0, None))
+        # floors: each plan's least $ / seconds in training (files from before them: 0)
+        return Expected(self.p_correct(X), np.maximum(X @ c["cost_w"].T + c["cost_b"], c.get("cost_min", 0.0)),
+                        np.maximum(X @ c["lat_w"].T + c["lat_b"], c.get("lat_min", 0.0)))
 
     def choose(self, X: np.ndarray, prefs: Sequence[Preference], cost_scale: float, latency_scale: float
                ) -> list[Plan]:
@@ -143,7 +205,8 @@ class RouteEstimator:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         meta = {"plans": [{"name": p.name, "calls": [list(c) for c in p.calls]} for p in self.plans],
-                "C": self.C, "alpha": self.alpha, "n_train": self.n_train, **(extra or {})}
+                "C": self.C, "alpha": self.alpha, "n_train": self.n_train, "model": self.model,
+                "selection": self.selection, **(extra or {})}
         tmp = d / "estimator.npz.tmp"
         with tmp.open("wb") as f:
             np.savez(f, **self.coef)
@@ -165,4 +228,15 @@ class RouteEstimator:
         with np.load(d / "estimator.npz", allow_pickle=False) as z:
             est.coef = {k: z[k] for k in z.files}
         est.n_train = int(meta.get("n_train", 0))
+        # files from before the selection have no `model`: the logistic regressions at their C, meta included
+        est.model = dict(meta.get("model") or {"kind": "logistic", "C": est.C, "meta": True, "n_meta": 0})
+        est.selection = dict(meta.get("selection") or {})
+        kind = est.model.get("kind")
+        if kind not in ("logistic", "knn", "blend"):
+            raise ValueError(f"{d}: unknown P(correct) model {kind!r} (this version has logistic, knn, blend)")
+        need = (("acc_w", "acc_b") if kind != "knn" else ()) + (
+            ("knn_X", "knn_sum", "knn_count", "knn_prior") if kind != "logistic" else ())
+        lacking = [k for k in need if k not in est.coef]
+        if lacking:
+            raise ValueError(f"{d}: estimator.npz lacks {lacking} for its {est.model['kind']} model")
         return est, meta

@@ -22,8 +22,9 @@ from tests.helpers.fakes import ByteTokenizer, ScriptedEngine, call_text
 
 def test_mean_ci_by_hand():
     m, h = mean_ci([1.0, 0.0, 1.0, 1.0])
-    # mean 0.75; sample variance (3 * 0.0625 + 0.5625) / 3 = 0.25; 1.96 * sqrt(0.25 / 4) = 0.49
-    assert m == 0.75 and math.isclose(h, 0.49)
+    # 0/1 values: the Wilson interval of 3/4, (0.3006, 0.9544) (tests/orchestra/eval/test_stats_intervals.py
+    # computes it by hand); mean_ci gives its half-width (the normal approximation's 0.49 reached 1.24)
+    assert m == 0.75 and math.isclose(h, (0.95441 - 0.30064) / 2, abs_tol=1e-4)
     assert mean_ci([3.0]) == (3.0, 0.0)
     assert math.isnan(mean_ci([])[0])
 
@@ -38,10 +39,13 @@ def test_summarize_by_hand():
                 (1, 1, True, 0.5, 0.04, 8.0, {}, "max_turns")]]
     (row,) = summarize(recs)
     assert row["n"] == 4 and row["seeds"] == [0, 1]
-    assert row["accuracy"] == 0.75 and math.isclose(row["accuracy_ci"], 0.49)
-    # cost in cents 1,2,3,4: mean 2.5, sample sd sqrt(5/3), half-width 1.96 * sqrt(5/3) / 2
-    assert math.isclose(row["cost_cents"], 2.5) and math.isclose(row["cost_cents_ci"], 1.96 * math.sqrt(5 / 3) / 2)
-    assert math.isclose(row["latency_s"], 5.0) and math.isclose(row["latency_s_ci"], 1.96 * math.sqrt(20 / 3) / 2)
+    assert row["accuracy"] == 0.75 and math.isclose(row["accuracy_lo"], 0.30064, abs_tol=1e-4)  # Wilson
+    assert math.isclose(row["accuracy_hi"], 0.95441, abs_tol=1e-4)
+    assert math.isclose(row["accuracy_ci"], (row["accuracy_hi"] - row["accuracy_lo"]) / 2)
+    # cost in cents 1,2,3,4 and latency 2,4,6,8: bootstrap intervals of the mean, inside the values' range
+    assert math.isclose(row["cost_cents"], 2.5) and 1.0 <= row["cost_cents_lo"] < 2.5 < row["cost_cents_hi"] <= 4.0
+    assert math.isclose(row["latency_s"], 5.0) and 2.0 <= row["latency_s_lo"] < 5.0 < row["latency_s_hi"] <= 8.0
+    assert summarize(recs) == [row]  # seeded: the same records give the same intervals
     assert row["tool_mix"] == {"answer-1": 0.5, "answer-2": 0.25, "search-1": 0.25}
     assert row["answered"] == 0.75
 

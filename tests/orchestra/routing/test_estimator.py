@@ -88,10 +88,13 @@ def test_teacher_labels_differ_by_preference_where_expected_values_say_so():
     tasks, outcomes = toy()
     feats = TaskFeatures(embed)
     exp = cross_fitted(feats(tasks), [t.id for t in tasks], outcomes, [STRONG, CHEAP], folds=4, C=10.0)
-    labels = teacher_labels(tasks[:2], exp, [STRONG, CHEAP], sampled=0, seed=0, cost_scale=0.01, latency_scale=10.0)
+    # cost weight 0.15: strong costs 0.3 of reward, worth it on hard tasks (+0.7 accuracy), not on easy ones (+0.05);
+    # accuracy-first's 0.05 leaves easy tasks within the estimates' noise (+0.05 accuracy vs 0.1 of reward)
+    labels = teacher_labels(tasks[:2], exp, [STRONG, CHEAP], sampled=0, seed=0, cost_scale=0.01, latency_scale=10.0,
+                            fixed=["accuracy-first", "cost-first", "accuracy=1,cost=0.15"])
     got = {(lab.task.meta["family"], lab.task.pref["cost"]): lab.plan.name for lab in labels}
     assert got[("hard", 0.05)] == "answer-1" and got[("hard", 2.0)] == "answer-2"
-    assert got[("easy", 0.05)] == "answer-2"
+    assert got[("easy", 0.15)] == "answer-2" and got[("hard", 0.15)] == "answer-1"
     assert all(lab.margin >= 0 for lab in labels)
 
 
@@ -108,7 +111,7 @@ def test_cross_fitting_does_not_label_a_task_from_its_own_outcome():
         return np.hstack([embed(texts), np.array([[t.startswith("odd")] for t in texts], dtype=float)])
 
     X, ids = TaskFeatures(embed3)(tasks), [t.id for t in tasks]
-    inside = RouteEstimator([STRONG, CHEAP], C=100.0).fit(X, ids, outcomes).expected(X[-1:])
+    inside = RouteEstimator([STRONG, CHEAP], C=100.0, select=False).fit(X, ids, outcomes).expected(X[-1:])
     crossed = cross_fitted(X, ids, outcomes, [STRONG, CHEAP], folds=5, C=100.0)
     assert inside.p_correct[0, 1] > 0.8  # in-sample: the odd task's own lucky outcome
     assert crossed.p_correct[-1, 1] < inside.p_correct[0, 1] - 0.2

@@ -1,0 +1,225 @@
+"""Routers compared on recorded outcomes (routing logs, replay zoos): fitted on a training split, judged on held-out
+questions, no episodes played.
+
+A single-call route's outcome on a replay zoo is the recorded one, so the routers' own quality can be measured in
+seconds and free of any policy's. `compare` fits, on the same training rows,
+  estimator          the estimator router as runs now fit it (per-run selection, orchestra/routing/select.py);
+  estimator_before   the estimator with the selection off: logistic regression at C = 1 on every feature, what
+                     runs fitted before the selection existed (router.C's default);
+  family             the per-family fixed router (orchestra/routing/family.py), the baseline to beat;
+then reports on the held-out rows: the P(correct) log-loss; RouteLLM's yardstick (orchestra/eval/yardstick.py:
+two models, the score P̂(strong right) − P̂(weak right); more, the accuracy-vs-$ curve of a sweep of the cost
+weight, the family router swept the same way); where the family router lies above the estimator's curve; and,
+under each preset, accuracy, $ and reward with paired bootstrap intervals (orchestra/eval/stats.py) of
+estimator − family and estimator − always-strongest. bench/quality.py (`only=routers`) feeds it RouterArena's
+two-model log (`router_arena`) and the MMLU-Pro replay zoo (`replay_zoo`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from orchestra.eval import yardstick as ys
+from orchestra.eval.stats import fmt_diff, frontier_accuracy, paired_bootstrap_diff
+from orchestra.preferences import preset
+from orchestra.routing.estimator import Expected, RouteEstimator, expected_reward
+from orchestra.routing.family import FamilyRouter
+from orchestra.routing.plans import Outcome, Plan
+from orchestra.types import Preference, Task
+
+USD_SWEEP = (0.0, *(10.0 ** (k / 4) for k in range(-12, 13)))  # cost weights, as cluster/yardstick.py sweeps them
+PRESETS = ("accuracy-first", "balanced", "cost-first")
+EPS = 1e-6
+
+
+@dataclass
+class Recorded:
+    """Recorded outcomes: per task (rows) and single-call plan (columns) correctness, $ and seconds, and the task
+    features the estimator reads (`n_meta` one-hot meta columns at the end)."""
+
+    tasks: list[Task]
+    plans: list[Plan]
+    correct: np.ndarray
+    cost: np.ndarray
+    latency: np.ndarray
+    X: np.ndarray
+    n_meta: int = 0
+
+    def outcomes(self, rows: Sequence[int]) -> list[Outcome]:
+        return [Outcome(self.tasks[i].id, p.name, bool(self.correct[i, j] >= 0.5), float(self.cost[i, j]),
+                        float(self.latency[i, j])) for i in rows for j, p in enumerate(self.plans)]
+
+
+def reward(pref: Preference, correct: np.ndarray, cost: np.ndarray, latency: np.ndarray, cost_scale: float,
+           latency_scale: float) -> np.ndarray:
+    """The `scalar` rubric per episode of one call (no tool weights: every plan here is one `answer` call)."""
+    return (pref.get("accuracy", 0.0) * correct - pref.get("cost", 0.0) * cost / cost_scale
+            - pref.get("latency", 0.0) * latency / latency_scale)
+
+
+def picks(exp: Expected, plans: Sequence[Plan], pref: Preference, cost_scale: float, latency_scale: float
+          ) -> np.ndarray:
+    """Column chosen per row under one preference (ties: the earlier plan, as RouteEstimator.choose)."""
+    return np.argmax(expected_reward(exp, plans, pref, cost_scale, latency_scale), axis=1)
+
+
+def fit_routers(rec: Recorded, train: Sequence[int], seed: int = 0) -> dict[str, object]:
+    ids, outcomes = [rec.tasks[i].id for i in train], rec.outcomes(train)
+    X = rec.X[list(train)]
+    return {"estimator": RouteEstimator(rec.plans, seed=seed).fit(X, ids, outcomes, n_meta=rec.n_meta),
+            "estimator_before": RouteEstimator(rec.plans, C=1.0, select=False).fit(X, ids, outcomes),
+            "family": FamilyRouter(rec.plans).fit([rec.tasks[i] for i in train], outcomes)}
+
+
+def compare(rec: Recorded, train: Sequence[int], test: Sequence[int], cost_scale: float, latency_scale: float,
+            label: str = "", seed: int = 0) -> tuple[dict[str, float], list[str]]:
+    """(figures, INFO lines) for the routers fitted on `train`, judged on `test` (module docstring)."""
+    test = list(test)
+    routers = fit_routers(rec, train, seed)
+    est = routers["estimator"]
+    exps: dict[str, Expected] = {k: (r.expected([rec.tasks[i] for i in test]) if k == "family"
+                                     else r.expected(rec.X[test])) for k, r in routers.items()}
+    ok, usd, lat = rec.correct[test], rec.cost[test], rec.latency[test]
+    rows = np.arange(len(test))
+    tag = f" ({label})" if label else ""
+    scores = est.selection.get("scores", {})
+    best3 = ", ".join(f"{k} {v['log_loss']:.4f}" for k, v in sorted(scores.items(), key=lambda kv: kv[1]["log_loss"])[:3])
+    lines = [f"estimator{tag}: {len(train)} training / {len(test)} held-out tasks; chose {est.selection.get('chosen')}"
+             f" by cross-validated log-loss (best: {best3})"]
+    figures: dict[str, float] = {}
+    ll = {k: -np.sum(ok * np.log(np.clip(e.p_correct, EPS, 1 - EPS))
+                     + (1 - ok) * np.log(np.clip(1 - e.p_correct, EPS, 1 - EPS)), axis=1) / ok.shape[1]
+          for k, e in exps.items()}
+    for k, v in ll.items():
+        figures[f"logloss_{k}"] = float(v.mean())
+    for other in ("estimator_before", "family"):
+        lines.append(f"held-out log-loss{tag}: estimator − {other} {fmt_diff(paired_bootstrap_diff(ll['estimator'], ll[other]), digits=4)}"
+                     f" (negative: the estimator's probabilities are better)")
+    strong, cheap = ys.ends(ok, usd)
+    sweep = {k: [(float(usd[rows, c].mean()), float(ok[rows, c].mean()))
+                 for c in (picks(e, rec.plans, {"accuracy": 1.0, "cost": w, "latency": 0.0}, cost_scale, latency_scale)
+                           for w in USD_SWEEP)] for k, e in exps.items()}
+    if ok.shape[1] == 2:
+        two = {k: exps[k].p_correct[:, strong] - exps[k].p_correct[:, cheap] for k in ("estimator", "estimator_before")}
+        fam = {f"w={w:g}": (float(np.mean(picks(exps["family"], rec.plans, {"accuracy": 1.0, "cost": w}, cost_scale,
+                                                latency_scale) == strong)), a)
+               for w, (_u, a) in zip(USD_SWEEP, sweep["family"], strict=True)}  # (strong share, accuracy) points
+        figures.update(ys.log_yardstick(ok, usd, scores=two, policies={"family": fam})["figures"])
+        best = int(np.argmax(ok.mean(axis=0)))
+        if best != strong:  # the priciest model is the less accurate: RouteLLM's reading needs strong = better
+            lines.append(f"yardstick{tag}: the priciest model is the less accurate one, so yardstick_* APGR is lower-"
+                         "is-better here (oracle below random's 0.5); yardstick_accstrong_* take the more accurate "
+                         "model as strong (higher APGR is better)")
+            for k, sc in two.items():
+                c = ys.score_curve(ok[:, best], ok[:, strong], -sc)
+                figures.update({f"yardstick_accstrong_{f}_{k}": c.summary()[f]
+                                for f in ("apgr", "cpt50", "cpt80", "cpt50_first", "cpt80_first")})
+            c = ys.points_curve([(1.0 - x, a) for x, a in fam.values()], float(ok[:, strong].mean()),
+                                float(ok[:, best].mean()))
+            figures.update({f"yardstick_accstrong_{f}_family": c.summary()[f] for f in ("apgr", "cpt50", "cpt80")})
+            figures["yardstick_accstrong_apgr_oracle"] = ys.oracle_curve(ok[:, best], ok[:, strong]).apgr
+    else:
+        figures.update(ys.log_yardstick(ok, usd, sweeps=sweep)["figures"])
+    # the family router's sweep points against the estimator's curve: > 0 where the family router is above it
+    gaps = [a - frontier_accuracy(u, sweep["estimator"]) for u, a in sweep["family"]]
+    figures["max_gap_family_over_estimator_points"] = 100.0 * max(gaps)
+    worst = sweep["family"][int(np.argmax(gaps))]
+    lines.append(f"$ curve{tag}: the family router's sweep is at most {100 * max(gaps):+.2f} points above the "
+                 f"estimator's curve (at {100 * worst[0]:.4f} ¢, accuracy {worst[1]:.3f}); <= 0: on or above at every cost")
+    for name in PRESETS:
+        lines += _preset_lines(name, exps, rec.plans, ok, usd, lat, strong, cost_scale, latency_scale, tag, figures)
+    return figures, lines
+
+
+def _preset_lines(name: str, exps: dict[str, Expected], plans: Sequence[Plan], ok: np.ndarray, usd: np.ndarray,
+                  lat: np.ndarray, strong: int, cost_scale: float, latency_scale: float, tag: str,
+                  figures: dict[str, float]) -> list[str]:
+    """One preset: each router's accuracy, $ and reward, and the paired differences the issue asks about."""
+    pref, rows = preset(name), np.arange(ok.shape[0])
+    got = {}
+    for k, e in exps.items():
+        c = picks(e, plans, pref, cost_scale, latency_scale)
+        got[k] = (ok[rows, c], usd[rows, c], reward(pref, ok[rows, c], usd[rows, c], lat[rows, c], cost_scale,
+                                                    latency_scale))
+    got["strongest"] = (ok[:, strong], usd[:, strong], reward(pref, ok[:, strong], usd[:, strong], lat[:, strong],
+                                                              cost_scale, latency_scale))
+    key = name.replace("-", "_")
+    out = [f"{name}{tag}: " + "; ".join(f"{k} accuracy {v[0].mean():.3f}, {100 * v[1].mean():.4f} ¢, reward "
+                                        f"{v[2].mean():.3f}" for k, v in got.items())]
+    e, s, f = got["estimator"], got["strongest"], got["family"]
+    d_acc_s, d_acc_f = paired_bootstrap_diff(e[0], s[0]), paired_bootstrap_diff(e[0], f[0])
+    d_rew_f, d_rew_b = paired_bootstrap_diff(e[2], f[2]), paired_bootstrap_diff(e[2], got["estimator_before"][2])
+    figures[f"{key}_accuracy_estimator"], figures[f"{key}_accuracy_family"] = float(e[0].mean()), float(f[0].mean())
+    figures[f"{key}_cost_ratio_estimator"] = float(e[1].mean() / s[1].mean())
+    figures[f"{key}_acc_gain_vs_strongest_estimator"] = 100.0 * d_acc_s["diff"]
+    figures[f"{key}_reward_gain_vs_family_estimator"] = d_rew_f["diff"]
+    out.append(f"{name}{tag}: estimator − always-strongest accuracy {fmt_diff(d_acc_s, 100, 1)} points at "
+               f"{e[1].mean() / s[1].mean():.2f} of its $; estimator − family: accuracy {fmt_diff(d_acc_f, 100, 1)} "
+               f"points, reward {fmt_diff(d_rew_f)}; estimator − estimator_before: reward {fmt_diff(d_rew_b)} "
+               "(paired bootstrap 95 %)")
+    return out
+
+
+# ---------------------------------------------------------------- the data sets bench/quality.py measures on
+Split = tuple[Recorded, list[int], list[int], float, float]  # table, train rows, test rows, cost / latency scale
+
+
+def router_arena(embed: Callable[[list[str]], np.ndarray], seed: int = 0, heldout: int = -1,
+                 path: str = "routing/routerarena") -> Split:
+    """RouterArena's two-model log (../shared/data/routing/routerarena, read in place, see its SOURCES.md):
+    claude-3-haiku vs gemini-2.0-flash on 809 queries, verdict score >= 0.5, $ as recorded, family = the query's
+    dataset prefix (the importer's family column), split as `python -m cluster.routing_log` splits it (a fifth
+    held out, by seed), cost_scale = the priciest model's mean $ as the importer sets it."""
+    import json
+
+    from orchestra.data.loaders import resolve
+    from orchestra.data.sources import split_tasks
+    from orchestra.routing.estimator import TaskFeatures
+
+    d = resolve(path)
+    models = ("claude-3-haiku-20240307", "gemini-2.0-flash-001")  # answer-1 = the priciest, as the importer ranks
+    rows = {m: {r["global_index"]: r for r in map(json.loads, (d / f"{m}.jsonl").read_text().splitlines())}
+            for m in models}
+    qids = list(rows[models[0]])
+    tasks = [Task(id=q, category="qa", problem=rows[models[0]][q]["question"], answer="", data_source="routing_log",
+                  meta={"family": q.rsplit("_", 1)[0]}) for q in qids]
+    ok = np.array([[rows[m][q]["evaluation_result"]["score"] >= 0.5 for m in models] for q in qids], dtype=float)
+    usd = np.array([[rows[m][q]["evaluation_result"]["inference_cost"] for m in models] for q in qids], dtype=float)
+    n_held = len(qids) // 5 if heldout < 0 else heldout
+    train, test = split_tasks(tasks, len(qids) - n_held, n_held, seed)
+    feats = TaskFeatures(embed, ["family"]).fit_vocab(train)
+    pos = {t.id: i for i, t in enumerate(tasks)}
+    plans = [Plan(f"answer-{i + 1}", (("answer", f"answer-{i + 1}"),)) for i in range(2)]
+    rec = Recorded(tasks, plans, ok, usd, np.full(ok.shape, 2.0), feats(tasks), feats.n_meta)  # importer's 2 s
+    return rec, [pos[t.id] for t in train], [pos[t.id] for t in test], float(f"{usd[:, 0].mean():.3g}"), 10.0
+
+
+def replay_zoo(cfg: Any, experts: dict[str, Any], embed: Callable[[list[str]], np.ndarray]) -> Split:
+    """A replay experiment (e.g. mmlu_pro_replay) split as its runs split it (data.n_train / n_heldout, by seed):
+    every answer tier's recorded verdict and $ (`experts`: tools.registry.build_experts(cfg.zoo), passed in since
+    the core does not import tools/), latency the zoo's per-expert figure, features as the run's router builds them."""
+    from orchestra.config import task_tiers
+    from orchestra.data.sources import build_task_set
+    from orchestra.routing.estimator import TaskFeatures
+
+    tiers = {t: e for t, e in task_tiers(cfg).items() if t.startswith("answer")}
+    train, test, _ = build_task_set(cfg.data, tiers)
+    recs = {t: (experts[e], experts[e].records()) for t, e in tiers.items()}
+
+    def qid(t: Task) -> str:
+        return str(t.meta.get("question_id", t.id))
+
+    tasks = [t for t in [*train, *test] if all(qid(t) in r for _, r in recs.values())]
+    got = [[r[qid(t)] for _, r in recs.values()] for t in tasks]
+    ok = np.array([[float(x.correct) for x in g] for g in got])
+    usd = np.array([[e.priced(x)[2] for (e, _), x in zip(recs.values(), g, strict=True)] for g in got])
+    lat = np.tile([float(cfg.zoo.experts[e].latency_s) for e in tiers.values()], (len(tasks), 1))
+    feats = TaskFeatures(embed, list(cfg.router.meta_keys)).fit_vocab(train)
+    held = {t.id for t in test}
+    rec = Recorded(tasks, [Plan(t, (("answer", t),)) for t in tiers], ok, usd, lat, feats(tasks), feats.n_meta)
+    return (rec, [i for i, t in enumerate(tasks) if t.id not in held], [i for i, t in enumerate(tasks) if t.id in held],
+            float(cfg.reward.cost_scale), float(cfg.reward.latency_scale))
