@@ -1,17 +1,17 @@
-"""Tool-server actors: one Ray actor per tool, a run-wide spend ledger, and the agent loop's Ray ToolClient.
+"""Tool-server actors: one Ray actor per tool, and the agent loop's Ray ToolClient that calls them.
 
 `ToolServer` is a plain async class hosting ONE tool, built inside the actor from (zoo config dict, tool
 name) through tools/registry.py so no big object (index, corpus) is pickled. Around every call it adds what
 production tool servers need: a concurrency limit, a token-bucket rate limit (actors/rate_limit.py), a per-call timeout, bounded
 retries with exponential backoff for results flagged `retryable`, an optional LRU result cache, and
 reports service time (`latency_s`, from the tool) apart from queueing (`meta["queue_s"]`).
-Paid calls go through the `SpendLedger`: reserve the call's cost bound first, settle the actual cost after;
-a refused reservation is a "budget exhausted" error result, so the run cap holds exactly under concurrency
-(as long as tools keep their cost within their bound; a timed-out call is settled at its bound, since
-what it cost is unknown).
+Paid calls go through the `SpendLedger` (actors/spend_ledger.py): reserve the call's cost bound first, settle
+the actual cost after; a refused reservation is a "budget exhausted" error result, so the run cap holds exactly
+under concurrency (as long as tools keep their cost within their bound; a timed-out call is settled at its
+bound, since what it cost is unknown).
 `RayToolClient` implements orchestra.agent.loop.ToolClient over actor handles; a call whose actor dies or
 times out is returned as an error result, and the restarted actor (max_restarts) serves later calls.
-Resources come from the caller (cluster/); `make_tool_server` / `make_spend_ledger` only apply them.
+Resources come from the caller (cluster/); `make_tool_server` only applies them.
 """
 
 from __future__ import annotations
@@ -30,58 +30,9 @@ import ray
 
 from actors import metrics
 from actors.rate_limit import RateLimiter
+from actors.spend_ledger import make_spend_ledger
 from orchestra.types import Task, ToolCall, ToolContext, ToolResult
 from tools.base import guarded_call, unknown_tool
-
-
-class SpendLedger:
-    """Run-wide $ cap. Methods are synchronous and the actor runs one at a time, so reserve/settle are atomic:
-    a reservation succeeds only if spent + reserved + bound <= cap, hence spent never exceeds the cap.
-    A reservation never settled within `ttl_s` (its tool server died mid-call) is settled at its bound:
-    what that call cost is unknown, and charging the bound keeps the cap safe without leaking capacity."""
-
-    def __init__(self, cap_usd: float | None, ttl_s: float = 900.0):
-        self.cap = None if cap_usd is None else float(cap_usd)
-        self.ttl_s = float(ttl_s)
-        self.spent = self.reserved = 0.0
-        self.open: dict[str, tuple[float, float]] = {}  # token -> (bound, time reserved); insertion-ordered
-        self.counter = 0
-        self.refused = self.settled = self.expired = 0
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        while self.open:
-            token, (bound, stamp) = next(iter(self.open.items()))
-            if now - stamp < self.ttl_s:
-                break
-            self.expired += 1
-            self.settle(token, bound)
-
-    def reserve(self, bound: float) -> dict[str, Any]:
-        self._expire()
-        bound = max(float(bound), 0.0)
-        if self.cap is not None and self.spent + self.reserved + bound > self.cap + 1e-12:
-            self.refused += 1
-            return {"ok": False, "cap": self.cap, "spent": self.spent, "reserved": self.reserved, "bound": bound}
-        self.counter += 1
-        token = f"r{self.counter}"
-        self.open[token] = (bound, time.monotonic())
-        self.reserved += bound
-        return {"ok": True, "token": token}
-
-    def settle(self, token: str, actual: float) -> float:
-        """Release the reservation and record the actual cost; returns the total spent."""
-        entry = self.open.pop(token, None)
-        if entry is None:  # already expired (charged at its bound) or never made
-            return self.spent
-        self.reserved = self.reserved - entry[0] if self.open else 0.0  # no float dust once all are settled
-        self.spent += max(float(actual), 0.0)
-        self.settled += 1
-        return self.spent
-
-    def state(self) -> dict[str, Any]:
-        return {"cap": self.cap, "spent": self.spent, "reserved": self.reserved, "open": len(self.open),
-                "refused": self.refused, "settled": self.settled, "expired": self.expired}
 
 
 def _load_factory(factory: Any) -> Any:
@@ -274,14 +225,6 @@ def make_tool_servers(zoo_cfg: dict[str, Any], names: list[str] | None = None, *
             rate_limit_per_s=server.get("rate_limit_per_s", 0.0), cache_size=server.get("cache_size", 0),
             ledger=ledger, build_kwargs=build_kwargs, actor_name=f"tool:{name}{name_suffix}")
     return handles, ledger
-
-
-def make_spend_ledger(cap_usd: float | None, *, name: str = "spend_ledger", namespace: str | None = None,
-                      num_cpus: float = 0.0) -> Any:
-    opts: dict[str, Any] = dict(name=name, num_cpus=num_cpus, max_restarts=0, max_concurrency=1)
-    if namespace:
-        opts["namespace"] = namespace
-    return ray.remote(SpendLedger).options(**opts).remote(cap_usd)
 
 
 _ACTOR_ERRORS: tuple[type[BaseException], ...] = tuple(

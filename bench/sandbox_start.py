@@ -29,7 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_baseline(ref: str) -> types.ModuleType:
-    """tools/sandbox.py as of `ref`, imported under another name (the current module stays untouched)."""
+    """tools/sandbox.py as of `ref`, imported under another name (the current module stays untouched). A ref
+    from after the root and process helpers left that file (tools/sandbox_root.py, sandbox_process.py) imports
+    them from this checkout: only the runner is the ref's."""
     src = subprocess.check_output(["git", "show", f"{ref}:tools/sandbox.py"], cwd=REPO, text=True)
     mod = types.ModuleType("sandbox_baseline")
     mod.__file__ = f"{ref}:tools/sandbox.py"

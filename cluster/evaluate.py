@@ -12,7 +12,7 @@ Own keys (everything else is a config override, e.g. experiment=mmlu_pro_replay 
   estimator   the estimator router (orchestra/routing/) as a policy under every preference: a run dir (or
               its router/ dir); default: the evaluated run's own router when it has one; `estimator=` none
   dataset     template | Task file | loader:<name>:<path> | tau2:<domain>[:<version>[:<tasks.json>]]
-              (default: data.source); held-out split. τ²: see `run_tau2` (seeds are trials: pass^1..pass^k)
+              (default: data.source); held-out split. τ²: cluster/tau2_eval.py (seeds are trials: pass^1..pass^k)
   n           number of tasks (default eval.n_tasks)
   preference  a preset name, `all` (every preset; the orchestrator runs under each), or weights a=1,cost=.5
   seeds       k seeds (0..k-1; sim experts and sampling vary with the seed)
@@ -25,6 +25,8 @@ Own keys (everything else is a config override, e.g. experiment=mmlu_pro_replay 
 The policies' engines run in this process (an evaluation is tool-bound, not learner-bound).
 A run in which every episode ended in an error (no endpoint, no key, a broken engine) writes episodes.jsonl
 but no report, and exits non-zero with the first episode's error: a report of zeros would read as a bad policy.
+Here: the CLI and the task evaluation's wiring (`build`); the learned policies it loads are
+cluster/eval_policies.py's, the newest-run lookup cluster/runs.py's.
 """
 
 from __future__ import annotations
@@ -35,19 +37,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cluster.eval_policies import all_failed, estimator_router, policy_engines, policy_tokenizer
+from cluster.runs import newest_run
+from cluster.tau2_eval import run_tau2
 from orchestra.config import task_tiers
 
 OWN = ("checkpoint", "base", "dataset", "n", "preference", "seeds", "baselines", "out", "concurrency",
        "tool_servers", "estimator")
-
-
-def all_failed(records: list[dict[str, Any]], hint: str = "") -> str | None:
-    """The message to stop with when every episode ended in an error (nothing was measured), else None."""
-    if not records or not all(r.get("error") for r in records):
-        return None
-    first = str(records[0]["error"])
-    return (f"evaluation failed: every episode ({len(records)}) ended in an error, so there is nothing to report; "
-            f"the first: {first}{hint if first.startswith('user simulator') else ''}")
 
 
 def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -58,16 +54,6 @@ def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
             raise SystemExit(f"argument {item!r} is not key=value")
         (own.__setitem__(key, value) if key in OWN else rest.append(item))
     return own, rest
-
-
-def checkpoint_model_dir(path: str) -> Path:
-    """A run dir / checkpoint dir / HF model dir -> the model directory (orchestra.rundir.checkpoint.model_dir)."""
-    from orchestra.rundir import checkpoint
-
-    try:
-        return checkpoint.model_dir(path)
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
 
 
 def heldout_tasks(cfg: Any, dataset: str, n: int) -> tuple[list, list]:
@@ -100,56 +86,6 @@ def tool_server_clients(cfg: Any, corpus: list, seeds: list[int], tasks: list) -
         for t in tasks:
             clients[s].schemas(t)
     return clients
-
-
-def policy_tokenizer(cfg: Any, own: dict[str, str]) -> Any:
-    """The checkpoint's own tokenizer when one is evaluated: the tiny tokenizer is trained on the project's text
-    and cached by its hash, so the config's tokenizer can differ from the one the policy was trained with."""
-    from orchestra.policy.models import load_tokenizer
-
-    m = cfg.model
-    if own.get("checkpoint"):
-        return load_tokenizer(str(checkpoint_model_dir(own["checkpoint"])), chat_template=m.chat_template)
-    return load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
-
-
-def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
-    """HF engines of the learned policies asked for: `orchestrator` (checkpoint=) and `base` (base=true)."""
-    engines: dict[str, Any] = {}
-    if not (own.get("checkpoint") or own.get("base", "false").lower() == "true"):
-        return engines
-    from transformers import AutoModelForCausalLM
-
-    from orchestra.engine.hf import HFEngine
-    from orchestra.policy.models import load_policy, resolve_device
-
-    m = cfg.model
-
-    def engine(model):
-        return HFEngine.from_model(model.to(resolve_device(m.device)).eval(), tok, **cfg.engine.hf_kwargs())
-    if own.get("checkpoint"):
-        engines["orchestrator"] = engine(AutoModelForCausalLM.from_pretrained(checkpoint_model_dir(own["checkpoint"])))
-    if own.get("base", "false").lower() == "true":
-        engines["base"] = engine(load_policy(m.name, tiny=m.tiny, dtype=m.dtype, device="cpu", cache_dir=m.cache_dir,
-                                             chat_template=m.chat_template, seed=cfg.seed)[0])
-    return engines
-
-
-def estimator_router(own: dict[str, str]) -> dict[str, Any]:
-    """{"estimator": its script function} when asked for (own `estimator`) or when the evaluated checkpoint's run
-    has a fitted router (`<run_dir>/router/`, written by an expected-value warm start); else {}."""
-    from orchestra.routing.router import EstimatorRouter, find_router, has_router
-    from tools.retrieval.dense import embed_texts
-
-    spec = own.get("estimator")
-    if spec is not None and not spec:
-        return {}
-    if spec:
-        if not has_router(spec):
-            raise SystemExit(f"estimator={spec}: no estimator router there (expected {spec}/router/estimator.json)")
-        return {"estimator": EstimatorRouter.load(spec, embed_texts).script}
-    found = find_router(own["checkpoint"]) if own.get("checkpoint") else None
-    return {"estimator": EstimatorRouter.load(found, embed_texts).script} if found else {}
 
 
 def build(cfg: Any, own: dict[str, str]):
@@ -202,117 +138,6 @@ def build(cfg: Any, own: dict[str, str]):
                    price_in=m.price_in_per_mtok, price_out=m.price_out_per_mtok,
                    concurrency=int(own.get("concurrency", 16)), results_path=out / "episodes.jsonl")
     return ev, tasks, policies, prefs, seeds, out
-
-
-# ---------------------------------------------------------------- τ²-bench
-TAU2_BASELINES = ("strongest", "cheapest")
-
-
-def tau2_spec(cfg: Any, dataset: str) -> dict[str, Any]:
-    """domain_tasks kwargs from `tau2:<domain>[:<version>[:<path>]]`; what the spec omits comes from cfg.tau2."""
-    from orchestra.tau2.evaluation import parse_dataset
-
-    dataset = f"tau2:{cfg.tau2.domain}" if dataset == "tau2" else dataset
-    spec = parse_dataset(dataset)
-    if len(dataset.split(":")) < 3 or not dataset.split(":")[2]:
-        spec["version"] = cfg.tau2.task_version
-    if "path" not in spec and cfg.tau2.tasks_path:
-        spec["path"] = cfg.tau2.tasks_path
-    if cfg.data.splits and dataset == cfg.data.source:  # the training run's held-out split of its own domain
-        spec["split"] = cfg.data.splits.split(",")[1].strip()
-    return spec
-
-
-def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, Any]:
-    """`dataset=tau2:*`: every policy plays every task `seeds` times (trials) against tau2's user simulator
-    (cfg.tau2, in-process); the official evaluator scores each episode. Policies: the orchestrator
-    (checkpoint=) and base (base=true) as real engines; baselines `strongest` / `cheapest` hand every turn to
-    call_expert with the priciest / cheapest tier (the always-one-expert routers of the paper's τ² table).
-    Writes episodes.jsonl and report.json / report.md (pass^1..pass^k, reward, $ and tool latency per policy)."""
-    import json
-    from dataclasses import asdict
-
-    from rich.console import Console
-
-    from orchestra.agent.prompt import Prompter
-    from orchestra.engine import Sampling
-    from orchestra.engine.scripted import call_text, script_engine
-    from orchestra.eval.baselines import tier_costs
-    from orchestra.jsonl import write_jsonl
-    from orchestra.policy.tokenizer import eos_token_ids
-    from orchestra.preferences import parse_preference
-    from orchestra.tau2.domain import domain_tasks
-    from orchestra.tau2.evaluation import driver_factory, run_tau2_eval, summarize_tau2
-    from orchestra.tau2.wiring import call_experts, driver_limits, user_simulator
-
-    a, tau2 = cfg.agent, asdict(cfg.tau2)
-    spec = tau2_spec(cfg, own.get("dataset") or cfg.data.source)
-    pref = parse_preference(own.get("preference", cfg.eval.preference))
-    tasks = domain_tasks(**spec, limit=int(own.get("n", cfg.eval.n_tasks)), pref=pref)
-    trials = int(own.get("seeds", cfg.eval.seeds))
-    tok = policy_tokenizer(cfg, own)
-    prompter = Prompter(tok, **a.prompter_kwargs())
-    eos = eos_token_ids(tok)
-    experts, tiers = call_experts(tau2, asdict(cfg.zoo))
-    engines = {name: (lambda trial, e=e: e) for name, e in policy_engines(cfg, own, tok).items()}
-    baselines = [b for b in own.get("baselines", ",".join(TAU2_BASELINES)).split(",") if b]
-    for b in baselines:
-        if b not in TAU2_BASELINES:
-            raise SystemExit(f"τ² baselines are {TAU2_BASELINES}, got {b!r}")
-        if not tiers:
-            raise SystemExit("τ² baselines call experts: set tau2.call_expert=true and zoo.tiers / zoo.experts")
-        ranked = sorted(tiers, key=lambda t: (tier_costs(cfg.zoo, tiers).get(t, float("inf")), t))
-        text = call_text("call_expert", {"expert": ranked[-1] if b == "strongest" else ranked[0]})
-        engines[b] = lambda trial, text=text: script_engine(tok, [text], eos[0])
-    if not engines:
-        raise SystemExit("nothing to evaluate: give checkpoint=, base=true or baselines=")
-    user = user_simulator(tau2)
-    driver_kw = driver_limits(tau2, a.loop_kwargs(), eos)
-    sampling = Sampling(max_tokens=cfg.sampling.max_tokens, temperature=cfg.eval.temperature, top_p=cfg.sampling.top_p,
-                        top_k=cfg.sampling.top_k)
-    records: list[dict[str, Any]] = []
-    for name, engine_for in engines.items():  # one policy at a time: episode ids repeat across policies
-        make = driver_factory(spec["domain"], engine_for, prompter, user, experts=experts, tiers=tiers, **driver_kw)
-        records += asyncio.run(run_tau2_eval(make, tasks, trials, sampling, concurrency=cfg.tau2.concurrency,
-                                             policy=name))
-    ks = tuple(range(1, trials + 1))
-    summary = {p: summarize_tau2([r for r in records if r["policy"] == p], ks) for p in engines}
-    out = Path(own.get("out") or Path(cfg.run_dir) / "eval")
-    out.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out / "episodes.jsonl", records)
-    failed = all_failed(records, hint=f" (the user simulator: tau2.user_model={cfg.tau2.user_model or '<empty>'}, "
-                                      f"tau2.user_api_base={cfg.tau2.user_api_base or '<the provider default>'}, "
-                                      f"key from ${cfg.tau2.user_api_key_env or 'OPENAI_API_KEY'})")
-    if failed:
-        raise SystemExit(failed)
-    report = {"dataset": spec, "trials": trials, "n_tasks": len(tasks), "overrides": overrides, "policies": summary}
-    (out / "report.json").write_text(json.dumps(report, indent=2))
-    cols = [f"pass^{k}" for k in ks] + ["mean_reward", "mean_cost_usd", "mean_latency_s"]
-    lines = ["| policy | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    lines += [f"| {p} | " + " | ".join(f"{s.get(c, float('nan')):.4g}" for c in cols) + " |" for p, s in summary.items()]
-    (out / "report.md").write_text(f"# τ²-bench {spec['domain']} ({spec['version']}), {len(tasks)} tasks x "
-                                   f"{trials} trials\n\n" + "\n".join(lines) + "\n")
-    Console().print((out / "report.md").read_text())
-    return report
-
-
-def newest_run(run_dir: str) -> tuple[Path, str | None] | None:
-    """The run dir beside `run_dir` with the newest good checkpoint, and the experiment it was trained in
-    (what `make eval` / `make serve` use when no checkpoint is named): its preset name when conf/ has that
-    preset, else the run's own saved config.yaml (a preset given as a path outside conf/ has no name to look up)."""
-    import yaml
-
-    from orchestra.config.load import CONF_DIR
-    from orchestra.rundir.checkpoint import latest_run
-
-    run = latest_run(Path(run_dir).parent)
-    if run is None:
-        return None
-    saved = run / "config.yaml"
-    if not saved.is_file():
-        return run, None
-    name = (yaml.safe_load(saved.read_text()) or {}).get("name")
-    return run, name if name and (CONF_DIR / "experiment" / f"{name}.yaml").is_file() else str(saved)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,7 +98,7 @@ def pick_checkpoint(args: dict[str, Any], explicit: bool) -> None:
     """No checkpoint named anywhere: serve the newest trained run (as the experiment it was trained in); a named
     one must hold a model. Raises ValueError with what to do."""
     from actors.serve.wiring import resolve_checkpoint
-    from cluster.evaluate import newest_run
+    from cluster.runs import newest_run
     from orchestra.config import load_config
 
     if args.get("checkpoint"):

@@ -1,5 +1,6 @@
 """Our ExperimentConfig as verl 0.9.1's trainer config: Hydra overrides for its `ppo_trainer.yaml`, composed and
-checked as verl's main does. Pure translation: no Ray, no files written (staging and launching: cluster/verl_job.py).
+checked as verl's main does. Pure translation: no Ray, no files written (staging: cluster/verl_stage.py; launching:
+cluster/verl_job.py).
 
 Paths: every path verl's processes read or write is absolute, under `output_dir(cfg)` (`verl.output_dir`, storage
 every node shares; checkpoints, TensorBoard logs and the staged task files): a relative path would resolve against
@@ -120,7 +121,7 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
     response_len = a.max_context_tokens if a.context_mode == "transcript" else s.max_tokens
     gpus = gpu_split(cfg)
     group_reward = rubric_of(cfg.reward.rubric).grouped
-    # the embedded policies and a warm-started one are written as HF dirs by the job itself (cluster/verl_job.py)
+    # the embedded policies and a warm-started one are written as HF dirs by the job itself (cluster/verl_stage.py)
     model_path = f"{stage}/policy" if cfg.model.name in ("tiny", "smollm2") or v.warm_start else cfg.model.name
     ar = "actor_rollout_ref"
     o = [

@@ -11,9 +11,11 @@
   for the job's lifetime (a named actor without a handle is garbage-collected). `verl.platform=cpu` runs the same
   trainer on CPU through verl's plugin points (actors/verl_plugins/cpu_platform.py): how CI proves this path.
 - `--dry-run`: prints the resolved verl config and the `ray job submit` command; touches no cluster.
-The config translation is cluster/verl_config.py. Secrets never travel in the job's runtime_env (Ray's job table
-shows it to every token holder): nodes get them from their own environment (cluster/ray-cluster.yaml's env file,
-the KubeRay Secret), and the launcher only names the ones set here that will not be sent.
+The config translation is cluster/verl_config.py; the files the job stages and exports (`stage`, the
+warm-started policy, the merged HF dir) are cluster/verl_stage.py's. Secrets never travel in the job's
+runtime_env (Ray's job table shows it to every token holder): nodes get them from their own environment
+(cluster/ray-cluster.yaml's env file, the KubeRay Secret), and the launcher only names the ones set here that
+will not be sent.
 """
 
 from __future__ import annotations
@@ -44,44 +46,12 @@ from cluster.verl_config import (
     validate_verl_config,
     verl_overrides,
 )
-from orchestra.config import ConfigError, ExperimentConfig, load_config, task_tiers
+from cluster.verl_stage import export_hf, stage, warm_start_stage
+from orchestra.config import ConfigError, ExperimentConfig, load_config
 from reward.rubric import rubric_of
 
 RUNTIME_ENV = ROOT / "cluster" / "runtime_env.yaml"
-REWARD_SHIM = "# verl loads its custom reward function from a file: ours lives in the installed project.\n" \
-              "from actors.verl_plugins.reward import compute_score  # noqa: F401\n"
 FLAGS = ("--dry-run", "--here")
-
-
-def stage(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> Path:
-    """Write what verl's workers read under <output_dir>/verl (absolute): train/val parquet, the corpus `search`
-    serves, the agent-loop yaml, the reward-function file, the run's config, and the policy as an HF dir when it
-    is one of the embedded models (verl loads a path)."""
-    from orchestra.config import to_yaml
-    from orchestra.data.sources import build_task_set
-    from orchestra.data.tasks import save_corpus, save_verl_parquet
-    from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers the tau2: task source
-
-    out = Path(stage_dir(cfg))
-    out.mkdir(parents=True, exist_ok=True)
-    train, heldout, corpus = build_task_set(cfg.data, task_tiers(cfg))
-    if cfg.data.preference_pairs:  # each task once per vector, adjacent: one GRPO group per (task, vector)
-        from cluster.rollouts import paired_tasks
-
-        train = paired_tasks(train, cfg.data.preference_pairs, cfg.seed)
-    save_verl_parquet(train, out / "train.parquet", split="train", agent_name="orchestra")
-    save_verl_parquet(heldout or train[:1], out / "val.parquet", split="heldout", agent_name="orchestra")
-    save_corpus(corpus or [], out / "corpus.jsonl")
-    (out / "agent_loop.yaml").write_text(yaml.safe_dump(agent_loop_entries(orchestra_overrides), sort_keys=False))
-    (out / "reward_fn.py").write_text(REWARD_SHIM)
-    (out / "config.yaml").write_text(to_yaml(cfg))
-    if cfg.model.name in ("tiny", "smollm2") and not cfg.verl.warm_start and not (out / "policy" / "config.json").is_file():
-        from orchestra.policy.models import load_policy_from_config
-
-        model, tok = load_policy_from_config(replace(cfg.model, device="cpu"), seed=cfg.seed)
-        model.save_pretrained(out / "policy")
-        tok.save_pretrained(out / "policy")
-    return out
 
 
 def load_runtime_env(path: Path = RUNTIME_ENV, environ: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -201,48 +171,6 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
         run_ppo(verl_cfg, task_runner_class=TaskRunnerV1)
     del actors
     export_hf(cfg)
-
-
-def export_hf(cfg: ExperimentConfig) -> Path | None:
-    """The newest checkpoint's FSDP shards merged (verl's own model_merger) into <output_dir>/hf, a plain HF dir
-    `make serve ARGS="checkpoint=..."` loads, with the run's config beside it. Written to a temp dir, then renamed."""
-    import shutil
-
-    ckpts = Path(output_dir(cfg)) / "checkpoints"
-    tracker = ckpts / "latest_checkpointed_iteration.txt"
-    if not tracker.is_file():
-        print(f"no checkpoint under {ckpts} (checkpoint.every_steps=0?): nothing to export", file=sys.stderr)
-        return None
-    actor = ckpts / f"global_step_{tracker.read_text().strip()}" / "actor"
-    target, tmp = Path(output_dir(cfg)) / "hf", Path(output_dir(cfg)) / ".hf.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor),
-           "--target_dir", str(tmp)]
-    if subprocess.call(cmd, stdout=subprocess.DEVNULL) != 0:
-        print(f"model_merger failed on {actor}; merge by hand: {shlex.join(cmd)}", file=sys.stderr)
-        return None
-    shutil.copy(Path(stage_dir(cfg)) / "config.yaml", tmp / "orchestra_config.yaml")
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
-    print(f"merged {actor} -> {target} (serve it: make serve ARGS=\"checkpoint={target} experiment={cfg.name}\")")
-    return target
-
-
-def warm_start_stage(cfg: ExperimentConfig, tool_handles: dict[str, Any]) -> None:
-    """Stage 1 (`verl.warm_start=true`): the project's warm start writes <stage>/policy, verl's model path. Done
-    once: a rerun (verl resuming from its checkpoint) keeps the policy and reference it started from."""
-    from rich.console import Console
-
-    from cluster.warm_start import warm_start_policy
-    from orchestra.data.sources import build_task_set
-
-    policy, done = Path(stage_dir(cfg)) / "policy", Path(stage_dir(cfg)) / "warm_start.json"
-    if done.is_file() and (policy / "config.json").is_file():
-        print(f"warm start: kept {policy} ({done.name} from an earlier run)")
-        return
-    train, _, _ = build_task_set(cfg.data, task_tiers(cfg))
-    report = warm_start_policy(replace(cfg, run_dir=output_dir(cfg)), tool_handles, train, policy, Console())
-    done.write_text(json.dumps(report, default=str))
 
 
 def _dry_run(cfg: ExperimentConfig, overrides: list[str], verl_cfg: Any) -> int:

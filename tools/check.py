@@ -172,7 +172,7 @@ def own_tools() -> dict[str, Any]:
     """This package's basic tools with default settings (the retriever over a three-passage demo corpus,
     BM25 so no model has to load; web search with its cache off)."""
     from tools.calculator import Calculator
-    from tools.sandbox import PythonTool
+    from tools.python_tool import PythonTool
     from tools.web_search import WebSearch
 
     tools = [PythonTool(), Calculator(), _demo_retriever(), WebSearch(cache_dir="")]

@@ -3,7 +3,7 @@
 `build_experts(zoo)` makes one Expert per `zoo.experts` entry (kind sim | openai | replay) and validates every
 price at load: a model that genai-prices does not know and that has no override is an UnknownModelError
 naming the expert. `build_tools(zoo, names)` makes the named tools: search, enhance_reasoning, answer
-(tools/orchestra_tools.py), python, calculator, retrieve, web_search (tools/sandbox.py, calculator.py,
+(tools/orchestra_tools.py), python, calculator, retrieve, web_search (tools/python_tool.py, calculator.py,
 retriever.py, web_search.py), and `<server>__<tool>` for each tool of a `zoo.mcp_servers` entry
 (tools/mcp/). Extend by registering a name: `register_tool(name, builder)` / `register_expert(kind, builder)`;
 a builder receives a `Build` (the zoo plus lazily built shared parts).
@@ -117,7 +117,8 @@ class Build:
 
     def sandbox(self) -> Tool:
         if self._sandbox is None:
-            from tools.sandbox import PythonTool, Sandbox
+            from tools.python_tool import PythonTool
+            from tools.sandbox import Sandbox
 
             self._sandbox = PythonTool(sandbox=Sandbox.from_config(self.zoo.sandbox))
         return self._sandbox

@@ -1,25 +1,23 @@
 """The code sandbox: run untrusted Python (written by the orchestrator or an expert) and return its output.
 
-`Sandbox.run(code)` executes `python -I -` (isolated mode, code on stdin) and returns a `SandboxRun`;
-`PythonTool` is the tool named "python" around it. Isolation, strongest first (which one ran goes in
+`Sandbox.run(code)` executes `python -I -` (isolated mode, code on stdin) and returns a `SandboxRun`; the tool
+named "python" around it is tools/python_tool.py. Isolation, strongest first (which one ran goes in
 `meta["isolation"]`, whether the syscall filter was on in `meta["seccomp"]`):
 
-* "bwrap" — bubblewrap over a root built from nothing (`_sandbox_root`), read-only: only the interpreter (its
-  symlink chain recreated), the sys.path dirs inside its prefix and base prefix (stdlib, lib-dynload, the
-  venv's site-packages: the tool promises numpy and sympy), the venv's pyvenv.cfg, the dirs of the shared
-  libraries `ldd` names for it (and for setpriv), and /usr/share/zoneinfo. No /etc, shell or other binaries,
-  project checkout, home, /run, host /tmp (Ray's session dir). Private size-capped tmpfs /tmp; fresh /proc
-  (own pid namespace: no host process can be seen, signalled or traced) and /dev; no network (own net
-  namespace, which also cuts abstract unix sockets); own ipc/uts namespaces; --new-session (no TIOCSTI into
-  our terminal); --die-with-parent; environment cleared. As an ordinary user it runs as uid nobody via
-  --unshare-user, with --disable-userns where bwrap has it (>= 0.8). As root it mounts privileged and drops,
-  with `setpriv`, to a per-run unprivileged uid with no capabilities (as judge systems such as isolate do):
-  Linux never applies RLIMIT_NPROC to kuid 0 (and nobody inside a user namespace created by root *is* kuid 0),
-  and a uid shared between concurrent runs would let one run's fork bomb starve another. Last, bwrap loads
-  the seccomp filter of tools/syscall_filter.py (`--seccomp FD`): no keyring, bpf, io_uring, userfaultfd,
-  perf, nested namespaces or mounts, ptrace, odd personalities, nor host administration calls; denied calls
-  fail with EPERM. Left visible: the bound paths' names (/proc/self/mountinfo, the editable-install finder in
-  site-packages), the site-packages' contents, and host-wide kernel facts in /proc (cpuinfo, meminfo, uptime).
+* "bwrap" — bubblewrap over a root built from nothing, read-only (tools/sandbox_root.py: only the interpreter
+  and what it loads; no /etc, shell or other binaries, project checkout, home, /run, host /tmp). Private
+  size-capped tmpfs /tmp; fresh /proc (own pid namespace: no host process can be seen, signalled or traced) and
+  /dev; no network (own net namespace, which also cuts abstract unix sockets); own ipc/uts namespaces;
+  --new-session (no TIOCSTI into our terminal); --die-with-parent; environment cleared. As an ordinary user it
+  runs as uid nobody via --unshare-user, with --disable-userns where bwrap has it (>= 0.8). As root it mounts
+  privileged and drops, with `setpriv`, to a per-run unprivileged uid with no capabilities (as judge systems
+  such as isolate do): Linux never applies RLIMIT_NPROC to kuid 0 (and nobody inside a user namespace created
+  by root *is* kuid 0), and a uid shared between concurrent runs would let one run's fork bomb starve another.
+  Last, bwrap loads the seccomp filter of tools/syscall_filter.py (`--seccomp FD`): no keyring, bpf, io_uring,
+  userfaultfd, perf, nested namespaces or mounts, ptrace, odd personalities, nor host administration calls;
+  denied calls fail with EPERM. Left visible: the bound paths' names (/proc/self/mountinfo, the
+  editable-install finder in site-packages), the site-packages' contents, and host-wide kernel facts in /proc
+  (cpuinfo, meminfo, uptime).
 * "unshare" — no usable bwrap: `unshare -rn --pid --fork --kill-child --mount-proc`. No network, own pid
   namespace and /proc (host processes cannot be signalled, traced or read), but NO file-system confinement:
   code reads every file its uid can (the project, home, secrets files, /tmp/ray) and writes wherever its uid
@@ -36,44 +34,49 @@ and warns, once per process, what is missing.
 
 Always: rlimits set in the child (CPU seconds, address space, file size, processes, open files), a wall
 timeout that kills the whole process group (and with it the pid namespace), an environment reduced to
-PATH, LANG, HOME so no API key reaches the code, and stdout/stderr read incrementally with a cap, so a run
-printing 100 MB never holds more than the cap in memory. Cost = wall seconds x price_per_second.
-Retries, queueing and concurrency limits are the tool server's (actors/tool_server.py).
+PATH, LANG, HOME so no API key reaches the code, and stdout/stderr read incrementally with a cap
+(tools/sandbox_process.py), so a run printing 100 MB never holds more than the cap in memory. The tool bills
+wall seconds x price_per_second; retries, queueing and concurrency limits are the tool server's
+(actors/tool_server.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
-import functools
 import itertools
-import json
 import logging
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from orchestra.schema import function_schema
-from orchestra.types import Task, ToolContext, ToolResult
 from tools import syscall_filter
+from tools.sandbox_process import (
+    CappedReader,
+    bwrap_flags,
+    cleanup,
+    decode,
+    feed,
+    kill_group,
+    probe,
+    user_processes,
+    world_accessible,
+)
+from tools.sandbox_root import SAFE_PATH, sandbox_root, scrubbed_env
 
 log = logging.getLogger(__name__)
 
-SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 REFUSED = ("the code sandbox refused to run this code: the host lacks full isolation (bubblewrap with its "
            "syscall filter); nothing was run")
 FIX = ("install bubblewrap and libseccomp2 (`make setup` does, or `apt-get install -y bubblewrap libseccomp2` "
        "and `pip install pyseccomp`), or accept weaker isolation explicitly with zoo.sandbox.allow_unconfined=true")
 _WARNED: set[str] = set()
-_PROBED: dict[tuple[Any, ...], bool] = {}
 _RUN_COUNTER = itertools.count()
 
 
@@ -98,25 +101,6 @@ class SandboxRun:
     @property
     def ok(self) -> bool:
         return self.error is None and not self.timed_out and self.exit_code == 0
-
-
-class _CappedReader:
-    """Drains a pipe to EOF but keeps at most `cap` bytes (the rest is counted, then dropped)."""
-
-    def __init__(self, stream: asyncio.StreamReader, cap: int):
-        self.stream, self.cap = stream, cap
-        self.kept = bytearray()
-        self.total = 0
-
-    async def drain(self) -> None:
-        while True:
-            chunk = await self.stream.read(1 << 16)
-            if not chunk:
-                return
-            self.total += len(chunk)
-            room = self.cap - len(self.kept)
-            if room > 0:
-                self.kept += chunk[:room]
 
 
 class Sandbox:
@@ -200,13 +184,13 @@ class Sandbox:
             why = "not usable here (its probe run failed)"
             try:  # the probe runs the interpreter in the real root: it proves the binds (and the filter) suffice
                 argv = tuple(self._bwrap_argv([self.python, "-I", "-c", "pass"], self.uid_base if root else None))
-                if _probe(argv, bpf=bpf):
+                if probe(argv, bpf=bpf):
                     iso = "bwrap"
-                elif bpf is not None and _probe(argv):
+                elif bpf is not None and probe(argv):
                     iso, bpf, self._filter_error = "bwrap", None, "bwrap did not accept it (--seccomp)"
             except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as e:
                 why = f"unusable: could not build the minimal root ({e})"
-        if not iso and self.use_unshare and shutil.which("unshare") and _probe(
+        if not iso and self.use_unshare and shutil.which("unshare") and probe(
                 tuple(self._unshare_prefix() + ["true"]), flt=self._child_filter("unshare")):
             iso = "unshare"
         iso = iso or "rlimits"
@@ -237,14 +221,14 @@ class Sandbox:
         # tmpfs bwrap builds) is remounted read-only last, once every mount point exists: under --unshare-user
         # its dirs belong to the sandbox's own uid, which could otherwise fill it without any size cap.
         argv = ["bwrap", "--perms", "1777", "--size", str(self.tmp_size_mb << 20), "--tmpfs", "/tmp",
-                *_sandbox_root(self.python, (setpriv,) if setpriv else ()),
+                *sandbox_root(self.python, (setpriv,) if setpriv else ()),
                 "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--unshare-net", "--unshare-pid",
                 "--unshare-ipc", "--unshare-uts", "--new-session", "--die-with-parent", "--chdir", "/tmp",
                 "--clearenv"]
-        for key, value in _scrubbed_env("/tmp").items():
+        for key, value in scrubbed_env("/tmp").items():
             argv += ["--setenv", key, value]
         if uid is None:  # --disable-userns: no nested user namespace either (also denied by the filter)
-            return argv + ["--unshare-user", "--uid", "65534", "--gid", "65534", *_bwrap_flags("--disable-userns")
+            return argv + ["--unshare-user", "--uid", "65534", "--gid", "65534", *bwrap_flags("--disable-userns")
                            ] + inner
         return argv + [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                        "--bounding-set=-all", "--no-new-privs"] + inner
@@ -279,20 +263,20 @@ class Sandbox:
         inner = [self.python, "-I", "-"]
         if iso == "bwrap":
             uid = self._per_run_uid() if root else None
-            nproc = self.max_processes if root else _user_processes(os.getuid()) + self.max_processes
-            return self._bwrap_argv(inner, uid), _scrubbed_env("/tmp"), None, self._limits(nproc, None)
+            nproc = self.max_processes if root else user_processes(os.getuid()) + self.max_processes
+            return self._bwrap_argv(inner, uid), scrubbed_env("/tmp"), None, self._limits(nproc, None)
         workdir = tempfile.mkdtemp(prefix="orchestra-sandbox-")
         uid = None
-        if root and _world_accessible(self.python):
+        if root and world_accessible(self.python):
             uid = self._per_run_uid()
             os.chown(workdir, uid, uid)
         elif root:
             _warn_once("root-nproc", "sandbox: running as root without bwrap and the interpreter is not readable "
                                      "by other users: RLIMIT_NPROC is not enforced for root, so fork bombs are "
                                      "bounded only by the wall timeout")
-        nproc = self.max_processes if uid is not None else _user_processes(os.getuid()) + self.max_processes
+        nproc = self.max_processes if uid is not None else user_processes(os.getuid()) + self.max_processes
         argv = (self._unshare_prefix() + inner) if iso == "unshare" else inner
-        return argv, _scrubbed_env(workdir), workdir, self._limits(nproc, uid, self._child_filter(iso))
+        return argv, scrubbed_env(workdir), workdir, self._limits(nproc, uid, self._child_filter(iso))
 
     async def run(self, code: str) -> SandboxRun:
         """Run `code`; never raises for anything the code does (the result says what happened)."""
@@ -318,22 +302,22 @@ class Sandbox:
                 *argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                 cwd=workdir or "/", preexec_fn=preexec, start_new_session=True, pass_fds=fds)
         except (OSError, subprocess.SubprocessError) as e:
-            _cleanup(workdir)
+            cleanup(workdir)
             return SandboxRun("", "", None, False, time.perf_counter() - start, iso,
                               error=f"could not start the sandbox: {e}")
         finally:
             for fd in fds:
                 os.close(fd)
-        out, err = _CappedReader(proc.stdout, cap), _CappedReader(proc.stderr, cap)
+        out, err = CappedReader(proc.stdout, cap), CappedReader(proc.stderr, cap)
         readers = [asyncio.ensure_future(out.drain()), asyncio.ensure_future(err.drain())]
         timed_out = False
         try:
-            await asyncio.wait_for(_feed(proc, code.encode("utf-8", "replace")), self.wall_timeout_s)
+            await asyncio.wait_for(feed(proc, code.encode("utf-8", "replace")), self.wall_timeout_s)
             await asyncio.wait_for(proc.wait(), max(self.wall_timeout_s - (time.perf_counter() - start), 0.01))
         except asyncio.TimeoutError:
             timed_out = True
         finally:
-            _kill_group(proc.pid)  # also reaps stragglers that outlived the main process
+            kill_group(proc.pid)  # also reaps stragglers that outlived the main process
             try:
                 await asyncio.wait_for(proc.wait(), 5.0)
                 # pipes close once every holder is dead; a grandchild that escaped the group gets 1 s.
@@ -341,246 +325,11 @@ class Sandbox:
             except asyncio.TimeoutError:
                 for r in readers:
                     r.cancel()
-            _cleanup(workdir)
-        stdout, t1 = _decode(out, self.max_output_chars)
-        stderr, t2 = _decode(err, self.max_output_chars)
+            cleanup(workdir)
+        stdout, t1 = decode(out, self.max_output_chars)
+        stderr, t2 = decode(err, self.max_output_chars)
         code = proc.returncode
         if iso != "rlimits" and code is not None and 128 < code < 128 + 65:
             code = 128 - code  # bwrap / unshare report a child's death by signal N as 128+N, like a shell
         return SandboxRun(stdout, stderr, code, timed_out, time.perf_counter() - start, iso, t1 or t2,
                           seccomp=seccomp)
-
-
-async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
-    try:
-        proc.stdin.write(data)
-        await proc.stdin.drain()
-        proc.stdin.close()
-    except (BrokenPipeError, ConnectionResetError):  # the child died before reading all of its code
-        pass
-
-
-def _decode(reader: _CappedReader, max_chars: int) -> tuple[str, bool]:
-    text = bytes(reader.kept).decode("utf-8", "replace")
-    if len(text) <= max_chars and reader.total <= len(reader.kept):
-        return text, False
-    return text[:max_chars] + f"\n... [output truncated: {reader.total} bytes in all]", True
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _cleanup(workdir: str | None) -> None:
-    if workdir:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _scrubbed_env(home: str) -> dict[str, str]:
-    """The whole environment the code gets: nothing inherited, so no API key can leak in."""
-    return {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": home}
-
-
-@functools.lru_cache(maxsize=8)
-def _sandbox_root(python: str, binaries: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """bwrap arguments that build the sandbox's root from nothing: read-only binds of only what `python` (and
-    `binaries`) need to run, plus the symlinks that lead to them. Raises RuntimeError when that cannot be
-    worked out or would expose too much; the caller then falls back (loudly) to a weaker isolation."""
-    query = "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.path]))"
-    out = subprocess.run([python, "-I", "-c", query], capture_output=True, text=True, check=True, timeout=30,
-                         env=_scrubbed_env("/tmp"), cwd="/")
-    prefix, base, path = json.loads(out.stdout)
-    homes = tuple(os.path.realpath(p) for p in (prefix, base))
-    links: dict[str, str] = {}
-    binds: set[str] = set()
-
-    def expose(p: str, whole_dir: bool = False) -> None:
-        real = _resolve(p, links)
-        binds.add(os.path.dirname(real) if whole_dir else real)
-
-    for exe in (python, *binaries):
-        expose(exe)
-        for lib in _shared_libraries(os.path.realpath(exe)):
-            expose(lib, whole_dir=True)  # the whole dir: extension modules load more libraries from it later
-    if os.path.isfile(os.path.join(prefix, "pyvenv.cfg")):
-        expose(os.path.join(prefix, "pyvenv.cfg"))  # without it a venv's python forgets its site-packages
-    # Only sys.path entries inside the interpreter's own trees: a .pth file may add the project checkout.
-    for entry in path:
-        if os.path.isdir(entry) and any(_within(os.path.realpath(entry), h) for h in homes):
-            expose(entry)
-    if os.path.isdir("/usr/share/zoneinfo"):
-        expose("/usr/share/zoneinfo")
-    binds = {b for b in binds if not any(b != o and _within(b, o) for o in binds)}  # drop nested binds
-    protected = [os.path.realpath(p) for p in (Path(__file__).resolve().parents[1], os.path.expanduser("~"))]
-    for b in binds:  # a top-level dir, or one holding the checkout or home, would undo the whole point
-        top_level = b.count("/") < 2 and b not in ("/lib", "/lib64", "/lib32")
-        if top_level or any(_within(p, b) for p in protected):
-            raise RuntimeError(f"the interpreter needs {b}, too broad to expose")
-    links = {at: to for at, to in links.items() if not any(_within(at, b) for b in binds)}  # already there
-    parents = {d for p in (*binds, *links) for d in _ancestors(p)} - {"/tmp"}
-    argv: list[str] = []
-    for d in sorted(parents):  # explicit 0755: bwrap makes implicit parents 0700, unreadable once we drop uid
-        argv += ["--perms", "0755", "--dir", d]
-    for at in sorted(links):
-        argv += ["--symlink", links[at], at]
-    for b in sorted(binds):
-        argv += ["--ro-bind", b, b]
-    return tuple(argv)
-
-
-def _resolve(path: str, links: dict[str, str]) -> str:
-    """realpath(path), recording into `links` every symlink passed on the way (where it is -> what it says),
-    so the sandbox can recreate them: a venv's python is usually a chain of links into a base install."""
-    # Not abspath: it folds "x/.." lexically, which is wrong when x is a symlink (ldd prints such paths).
-    full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
-    done, todo, hops = "/", [c for c in full.split("/") if c], 0
-    while todo:
-        part = todo.pop(0)
-        if part == ".":
-            continue
-        if part == "..":
-            done = os.path.dirname(done)
-            continue
-        here = os.path.join(done, part)
-        if not os.path.islink(here):
-            done = here
-            continue
-        hops += 1
-        if hops > 40:
-            raise RuntimeError(f"too many symlinks resolving {path}")
-        links[here] = os.readlink(here)
-        todo = [c for c in links[here].split("/") if c] + todo
-        done = "/" if links[here].startswith("/") else done
-    if not os.path.exists(done):
-        raise RuntimeError(f"{path} does not exist")
-    return done
-
-
-def _shared_libraries(exe: str) -> list[str]:
-    """The shared objects (and ELF interpreter) `ldd` says `exe` loads, as absolute paths."""
-    if not shutil.which("ldd", path=SAFE_PATH):
-        raise RuntimeError("ldd not found")
-    out = subprocess.run(["ldd", exe], capture_output=True, text=True, timeout=30, env=_scrubbed_env("/tmp"))
-    if out.returncode != 0:
-        if "not a dynamic executable" in out.stdout + out.stderr:
-            return []
-        raise RuntimeError(f"ldd {exe} failed: {out.stderr.strip()}")
-    libs = []
-    for line in out.stdout.splitlines():
-        target = line.split("=>", 1)[-1].strip().split(" (")[0].strip()
-        if "not found" in line:
-            raise RuntimeError(f"{exe}: {line.strip()}")
-        if target.startswith("/"):
-            libs.append(target)
-    return libs
-
-
-def _within(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
-
-
-def _ancestors(path: str) -> list[str]:
-    parts = path.strip("/").split("/")[:-1]
-    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-
-
-def _probe(argv: tuple[str, ...], bpf: bytes | None = None, flt: Any = None) -> bool:
-    """Whether `argv` exits 0, cached per process: with `bpf` given to bwrap (--seccomp), `flt` loaded before exec."""
-    key = (argv, bpf, flt)
-    if key not in _PROBED:
-        fds = (syscall_filter.pipe_with(bpf),) if bpf is not None else ()
-        full = [argv[0], "--seccomp", str(fds[0]), *argv[1:]] if fds else list(argv)
-        try:
-            ok = subprocess.run(full, stdin=subprocess.DEVNULL, capture_output=True, timeout=15, pass_fds=fds,
-                                env=_scrubbed_env("/tmp"), cwd="/", preexec_fn=flt.load if flt else None
-                                ).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            ok = False
-        finally:
-            for fd in fds:
-                os.close(fd)
-        _PROBED[key] = ok
-    return _PROBED[key]
-
-
-@functools.lru_cache(maxsize=4)
-def _bwrap_flags(*flags: str) -> tuple[str, ...]:
-    """Those of `flags` this bwrap knows (`bwrap --help` lists them), e.g. --disable-userns from 0.8 on."""
-    try:
-        out = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return tuple(f for f in flags if f in out.split())
-
-
-def _user_processes(uid: int) -> int:
-    """Processes this uid already has: RLIMIT_NPROC counts them all, so the cap is relative to it."""
-    count = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                count += os.stat(f"/proc/{entry}").st_uid == uid
-            except OSError:
-                pass
-    return count
-
-
-def _world_accessible(path: str) -> bool:
-    """Whether another uid could execute `path` (every parent directory searchable by others)."""
-    real = os.path.realpath(path)
-    parts = real.split("/")
-    for i in range(2, len(parts)):
-        try:
-            if not os.stat("/".join(parts[:i])).st_mode & 0o001:
-                return False
-        except OSError:
-            return False
-    return os.access(real, os.X_OK) and bool(os.stat(real).st_mode & 0o001)
-
-
-class PythonTool:
-    """Tool "python": run code in the sandbox; stdout/stderr are the observation."""
-
-    name = "python"
-    description = ("Run a Python 3 program in an isolated sandbox (no network, no files outside /tmp, "
-                   "limited CPU time, memory and processes; numpy and sympy are available) and return what it "
-                   "prints. Print every value you want to see.")
-    parameters = {"type": "object", "properties": {"code": {"type": "string", "description": "Python source"}},
-                  "required": ["code"], "additionalProperties": False}
-
-    def __init__(self, sandbox: Sandbox | None = None, **sandbox_kwargs):
-        """Either a ready Sandbox or the Sandbox's flat keyword arguments."""
-        self.sandbox = sandbox if sandbox is not None else Sandbox(**sandbox_kwargs)
-
-    def schema(self, task: Task | None = None) -> dict[str, Any]:
-        return function_schema(self.name, self.description, self.parameters)
-
-    def cost_bound(self, args: dict[str, Any], ctx: ToolContext) -> float:
-        return self.sandbox.wall_timeout_s * self.sandbox.price_per_second
-
-    def example_args(self) -> dict[str, Any]:
-        return {"code": "print(sum(i * i for i in range(10)))"}
-
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        code = args.get("code") if isinstance(args, dict) else None
-        if not isinstance(code, str) or not code.strip():
-            return ToolResult.failure("python: `code` must be a non-empty string", meta={"invalid_arguments": True})
-        run = await self.sandbox.run(code)
-        billed = min(run.wall_s, self.sandbox.wall_timeout_s)  # never above cost_bound
-        output = run.stdout + (("\n[stderr]\n" + run.stderr) if run.stderr.strip() else "")
-        meta = {"isolation": run.isolation, "seccomp": run.seccomp, "exit_code": run.exit_code,
-                "timed_out": run.timed_out, "truncated": run.truncated, "wall_s": run.wall_s, "code_output": output}
-        cost = billed * self.sandbox.price_per_second
-        if run.error:
-            return ToolResult.failure(f"python: {run.error}", latency_s=run.wall_s, meta=meta)
-        if run.timed_out:
-            return ToolResult.failure(f"python: timed out after {self.sandbox.wall_timeout_s:g} s\n{output}".rstrip(),
-                                      cost_usd=cost, latency_s=run.wall_s, meta=meta)
-        # A traceback is a normal observation (the tool worked; the code did not).
-        text = output if output.strip() else f"(no output; exit code {run.exit_code})"
-        if run.exit_code and run.exit_code < 0:
-            text += f"\n[killed by signal {-run.exit_code}: a resource limit was hit]"
-        return ToolResult(text=text, cost_usd=cost, latency_s=run.wall_s, meta=meta)

@@ -127,7 +127,8 @@ def tool_server_handles(zoo: Any, names: list[str]) -> dict[str, Any]:
 
     import ray
 
-    from actors.tool_server import make_spend_ledger, make_tool_server
+    from actors.spend_ledger import make_spend_ledger
+    from actors.tool_server import make_tool_server
     from tools.registry import zoo_dict
 
     zd = zoo_dict(zoo)

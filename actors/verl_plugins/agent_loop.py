@@ -1,7 +1,7 @@
 """Our agent loop inside verl 0.9.1's trainer: an `AgentLoopBase` registered as "orchestra".
 
 verl instantiates this class once per episode (rollout session) in its AgentLoopWorker processes (found through
-the agent-loop yaml that cluster/verl_job.py writes: `_target_: actors.verl_plugins.agent_loop.OrchestraAgentLoop`).
+the agent-loop yaml that cluster/verl_stage.py writes: `_target_: actors.verl_plugins.agent_loop.OrchestraAgentLoop`).
 `run` plays one episode with orchestra.agent.loop.AgentLoop:
 - engine: `ServerEngine`, an adapter over verl's token-in/token-out `LLMServerClient.generate(request_id,
   prompt_ids=..., sampling_params=...)` (one sticky request id per episode, so vLLM's prefix cache hits);
@@ -199,7 +199,7 @@ def episode_outputs(traj: Trajectory, extra: dict[str, Any], *, prompt_len: int,
 @register(AGENT_NAME)
 class OrchestraAgentLoop(AgentLoopBase):
     """verl AgentLoopBase running orchestra's AgentLoop. Extra constructor arguments come from the agent-loop
-    yaml (cluster/verl_job.py): `orchestra_overrides` (our config), and for tests `tool_client` /
+    yaml (cluster/verl_stage.py): `orchestra_overrides` (our config), and for tests `tool_client` /
     `reward_client` (objects with the ToolClient protocol / an async `submit`); `actor_namespace` names the Ray
     namespace of the `tool:<name>` / `reward` actors when it is not the job's own."""
 

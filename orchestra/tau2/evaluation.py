@@ -1,4 +1,4 @@
-"""The hook cluster/evaluate.py calls for `dataset=tau2:<domain>[:<version>[:<tasks.json>]]`: pass^k with $ and latency.
+"""The hook cluster/tau2_eval.py runs for `dataset=tau2:<domain>[:<version>[:<tasks.json>]]`: pass^k with $ and latency.
 
 τ²-bench's numbers must mean the same here: a trial passes when the official reward is 1.0; pass^k is
 τ-bench's unbiased estimator, the mean over tasks of C(c, k) / C(n, k) for c passing trials out of n

@@ -9,7 +9,7 @@ Importing this module registers τ² with the core's registries (orchestra/data/
   (orchestra/tau2/reward.judgement_of; a τ² task has no gold answer string).
 The driver's parts come from the `tau2` config section (Tau2Config as a dict) and the zoo: domain tools and
 call_expert run in the rollout worker's process (each episode owns its environment, which the evaluator
-scores there), the user simulator is an in-process UserSimulatorPool. cluster/evaluate.py's `dataset=tau2:*`
+scores there), the user simulator is an in-process UserSimulatorPool. cluster/tau2_eval.py's `dataset=tau2:*`
 builds its drivers from the same helpers (`user_simulator`, `driver_limits`, `call_experts`).
 Processes that may meet τ² tasks (rollout workers, the reward actor, the training and verl drivers) import it.
 """

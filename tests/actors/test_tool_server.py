@@ -77,7 +77,8 @@ def _start(tag: str, factory=free_tool, **kw):
 @pytest.fixture(scope="module")
 def servers(ray):
     """All actors of this module, started together (actor start-up dominates the module's time)."""
-    from actors.tool_server import make_spend_ledger, make_tool_servers
+    from actors.spend_ledger import make_spend_ledger
+    from actors.tool_server import make_tool_servers
 
     ledger = make_spend_ledger(0.505, name=f"ledger-{os.getpid()}")  # room for exactly 50 calls at $0.01
     handles = {
@@ -232,11 +233,11 @@ async def test_spend_ledger_cap_holds_under_200_concurrent_paid_calls(ray, serve
 
 
 def test_ledger_expires_reservations_of_dead_calls_at_their_bound(monkeypatch):
-    from actors import tool_server
+    from actors import spend_ledger
 
     clock = [100.0]
-    monkeypatch.setattr(tool_server.time, "monotonic", lambda: clock[0])
-    ledger = tool_server.SpendLedger(1.0, ttl_s=10.0)
+    monkeypatch.setattr(spend_ledger.time, "monotonic", lambda: clock[0])
+    ledger = spend_ledger.SpendLedger(1.0, ttl_s=10.0)
     lost = ledger.reserve(0.4)["token"]  # its server dies: never settled
     ledger.settle(ledger.reserve(0.3)["token"], 0.1)
     assert not ledger.reserve(0.6)["ok"]  # 0.1 spent + 0.4 still reserved

@@ -42,7 +42,8 @@ def test_latest_run_is_the_one_checkpointed_last(tmp_path):
 
 
 def test_eval_without_a_run_says_what_to_do(tmp_path, capsys):
-    from cluster.evaluate import main, newest_run
+    from cluster.evaluate import main
+    from cluster.runs import newest_run
 
     assert main([f"run_dir={tmp_path / 'cpu_tiny'}"]) == 2
     assert "run `make train` first" in capsys.readouterr().err

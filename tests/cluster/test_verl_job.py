@@ -23,7 +23,8 @@ from cluster.verl_config import (  # noqa: E402
     validate_verl_config,
     verl_overrides,
 )
-from cluster.verl_job import load_runtime_env, main, prepare_here, stage  # noqa: E402
+from cluster.verl_job import load_runtime_env, main, prepare_here  # noqa: E402
+from cluster.verl_stage import stage  # noqa: E402
 from orchestra.config import ConfigError, load_config  # noqa: E402
 
 H100 = ["experiment=h100_2x8"]

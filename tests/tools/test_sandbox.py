@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 import tools.sandbox as sandbox_mod
+import tools.sandbox_root as root_mod
 from orchestra.types import Task, ToolContext
 from tools import syscall_filter
-from tools.sandbox import REFUSED, PythonTool, Sandbox
+from tools.python_tool import PythonTool
+from tools.sandbox import REFUSED, Sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-" + uuid.uuid4().hex
@@ -264,18 +266,18 @@ def test_resolve_records_the_symlink_chain(tmp_path):
     (tmp_path / "venv" / "bin" / "python").symlink_to("python3")
     (tmp_path / "venv" / "up").symlink_to(tmp_path / "base" / "bin")
     links: dict[str, str] = {}
-    real = sandbox_mod._resolve(str(tmp_path / "venv" / "bin" / "python"), links)
+    real = root_mod._resolve(str(tmp_path / "venv" / "bin" / "python"), links)
     assert real == str(tmp_path / "base" / "bin" / "python3.11")
     assert links == {str(tmp_path / "venv" / "bin" / "python"): "python3",
                      str(tmp_path / "venv" / "bin" / "python3"): str(tmp_path / "base" / "bin" / "python3"),
                      str(tmp_path / "base" / "bin" / "python3"): "python3.11"}
     # ".." after a symlink is taken from where the link points, as the kernel does (not folded lexically)
-    assert sandbox_mod._resolve(str(tmp_path / "venv" / "up" / ".." / "bin" / "python3.11"), {}) == real
+    assert root_mod._resolve(str(tmp_path / "venv" / "up" / ".." / "bin" / "python3.11"), {}) == real
 
 
 @pytest.mark.skipif(not shutil.which("ldd"), reason="needs ldd")
 def test_sandbox_root_binds_only_the_interpreter(monkeypatch):
-    argv = sandbox_mod._sandbox_root.__wrapped__(sys.executable)
+    argv = root_mod.sandbox_root.__wrapped__(sys.executable)
     binds = [argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"]
     assert binds and all(argv[argv.index(b) + 1] == b for b in binds)
     trees = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)]
@@ -285,9 +287,9 @@ def test_sandbox_root_binds_only_the_interpreter(monkeypatch):
         assert not Path(b).is_relative_to(REPO) or any(Path(b).is_relative_to(t) for t in trees), b  # only a venv
     assert not any(Path(b).is_relative_to("/etc") for b in binds)
     # a library the interpreter would load from the checkout's top dir means binding the checkout: refused
-    monkeypatch.setattr(sandbox_mod, "_shared_libraries", lambda exe: [str(REPO / "pyproject.toml")])
+    monkeypatch.setattr(root_mod, "_shared_libraries", lambda exe: [str(REPO / "pyproject.toml")])
     with pytest.raises(RuntimeError, match="too broad"):
-        sandbox_mod._sandbox_root.__wrapped__(sys.executable)
+        root_mod.sandbox_root.__wrapped__(sys.executable)
 
 
 async def test_unbuildable_root_is_refused_loudly(monkeypatch, caplog):
@@ -299,7 +301,7 @@ async def test_unbuildable_root_is_refused_loudly(monkeypatch, caplog):
     def which(cmd, *args, **kwargs):  # as on a host with bwrap, whether or not this one has it
         return "/usr/bin/bwrap" if cmd == "bwrap" else real_which(cmd, *args, **kwargs)
     monkeypatch.setattr(sandbox_mod, "_WARNED", set())
-    monkeypatch.setattr(sandbox_mod, "_sandbox_root", broken)
+    monkeypatch.setattr(sandbox_mod, "sandbox_root", broken)
     monkeypatch.setattr(sandbox_mod.shutil, "which", which)
     with caplog.at_level(logging.WARNING, logger="tools.sandbox"):
         refused = await Sandbox().run("print(6 * 7)")

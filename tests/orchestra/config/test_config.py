@@ -129,7 +129,7 @@ def test_presets_given_as_paths_outside_conf(tmp_path: Path, monkeypatch):
 
 def test_eval_finds_a_path_presets_run_by_its_saved_config(tmp_path: Path):
     """`make eval` after training on a preset outside conf/: the run's saved config.yaml is the experiment."""
-    from cluster.evaluate import newest_run
+    from cluster.runs import newest_run
     from orchestra.rundir import checkpoint
 
     run = tmp_path / "runs" / "mylog"

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from cluster.evaluate import main, tau2_spec
+from cluster.evaluate import main
+from cluster.tau2_eval import tau2_spec
 from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.fakes import call_text
 
@@ -95,7 +96,7 @@ def test_evaluate_tau2_with_no_reachable_user_exits_nonzero_with_the_cause(mock_
 
 
 def test_all_failed_only_when_every_episode_errored():
-    from cluster.evaluate import all_failed
+    from cluster.eval_policies import all_failed
 
     assert all_failed([]) is None
     assert all_failed([{"error": None}, {"error": "boom"}]) is None  # a partial failure is still a result

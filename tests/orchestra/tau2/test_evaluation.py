@@ -80,7 +80,7 @@ def test_to_task_round_trip(mock_domain):
 
 
 async def test_driver_factory_end_to_end_with_scripted_policy_and_user(mock_domain):
-    """The hook as cluster/evaluate would call it, with an in-process scripted user (no LLM)."""
+    """The hook as cluster/tau2_eval would call it, with an in-process scripted user (no LLM)."""
     from orchestra.agent.prompt import Prompter
     from orchestra.tau2.domain import domain_tasks
     from orchestra.tau2.evaluation import driver_factory

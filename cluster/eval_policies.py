@@ -1,0 +1,73 @@
+"""The learned policies an evaluation runs, and the check that it measured anything: what the task evaluation
+(cluster/evaluate.py) and τ² (cluster/tau2_eval.py) share.
+
+`policy_tokenizer` and `policy_engines` load the evaluated checkpoint (`checkpoint=`) and the untrained base
+(`base=true`) as in-process HF engines; `estimator_router` loads the estimator router (orchestra/routing/) as a
+policy; `all_failed` is the message to stop with when every episode ended in an error (a report of zeros would
+read as a bad policy). The fixed baselines are orchestra/eval/baselines.py's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster.runs import checkpoint_model_dir
+
+
+def all_failed(records: list[dict[str, Any]], hint: str = "") -> str | None:
+    """The message to stop with when every episode ended in an error (nothing was measured), else None."""
+    if not records or not all(r.get("error") for r in records):
+        return None
+    first = str(records[0]["error"])
+    return (f"evaluation failed: every episode ({len(records)}) ended in an error, so there is nothing to report; "
+            f"the first: {first}{hint if first.startswith('user simulator') else ''}")
+
+
+def policy_tokenizer(cfg: Any, own: dict[str, str]) -> Any:
+    """The checkpoint's own tokenizer when one is evaluated: the tiny tokenizer is trained on the project's text
+    and cached by its hash, so the config's tokenizer can differ from the one the policy was trained with."""
+    from orchestra.policy.models import load_tokenizer
+
+    m = cfg.model
+    if own.get("checkpoint"):
+        return load_tokenizer(str(checkpoint_model_dir(own["checkpoint"])), chat_template=m.chat_template)
+    return load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+
+
+def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
+    """HF engines of the learned policies asked for: `orchestrator` (checkpoint=) and `base` (base=true)."""
+    engines: dict[str, Any] = {}
+    if not (own.get("checkpoint") or own.get("base", "false").lower() == "true"):
+        return engines
+    from transformers import AutoModelForCausalLM
+
+    from orchestra.engine.hf import HFEngine
+    from orchestra.policy.models import load_policy, resolve_device
+
+    m = cfg.model
+
+    def engine(model):
+        return HFEngine.from_model(model.to(resolve_device(m.device)).eval(), tok, **cfg.engine.hf_kwargs())
+    if own.get("checkpoint"):
+        engines["orchestrator"] = engine(AutoModelForCausalLM.from_pretrained(checkpoint_model_dir(own["checkpoint"])))
+    if own.get("base", "false").lower() == "true":
+        engines["base"] = engine(load_policy(m.name, tiny=m.tiny, dtype=m.dtype, device="cpu", cache_dir=m.cache_dir,
+                                             chat_template=m.chat_template, seed=cfg.seed)[0])
+    return engines
+
+
+def estimator_router(own: dict[str, str]) -> dict[str, Any]:
+    """{"estimator": its script function} when asked for (own `estimator`) or when the evaluated checkpoint's run
+    has a fitted router (`<run_dir>/router/`, written by an expected-value warm start); else {}."""
+    from orchestra.routing.router import EstimatorRouter, find_router, has_router
+    from tools.retrieval.dense import embed_texts
+
+    spec = own.get("estimator")
+    if spec is not None and not spec:
+        return {}
+    if spec:
+        if not has_router(spec):
+            raise SystemExit(f"estimator={spec}: no estimator router there (expected {spec}/router/estimator.json)")
+        return {"estimator": EstimatorRouter.load(spec, embed_texts).script}
+    found = find_router(own["checkpoint"]) if own.get("checkpoint") else None
+    return {"estimator": EstimatorRouter.load(found, embed_texts).script} if found else {}
