@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors import metrics
-from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ² (its judge)
 from orchestra.types import Task, Trajectory
 from reward.judges import LLMJudge
 from reward.rubric import RUBRICS
 from reward.score import Scored, failure_scored, score_group
+from tools.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ² (its judge)
 
 log = logging.getLogger("orchestra.reward")
 _COUNTERS = ("episodes", "correct", "cost_usd", "experts_usd", "tools_usd", "orchestrator_usd", "latency_s",

@@ -7,7 +7,7 @@ actor at once (streaming: a group is scored as soon as its last member arrives, 
 worker returns one typed `EpisodeResult` per episode (the trajectory and its score; they pickle as they are). Weights arrive versioned from the learner through the object store.
 
 Tasks whose data source an integration registered (orchestra/data/sources.py; τ²-bench's `tau2/*`, wired in
-orchestra/tau2/wiring.py) run through that integration's episode runner instead of the agent loop, with the
+tools/tau2/wiring.py) run through that integration's episode runner instead of the agent loop, with the
 same engine, prompter and weights; the runner is built on first use from the config sections it reads.
 """
 
@@ -24,9 +24,9 @@ from orchestra.agent.loop import AgentLoop
 from orchestra.agent.prompt import Prompter
 from orchestra.data.sources import RunnerParts, episode_kind
 from orchestra.engine import Sampling
-from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ²
 from orchestra.types import Task, Trajectory
 from reward.score import Scored
+from tools.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ²
 
 log = logging.getLogger(__name__)
 

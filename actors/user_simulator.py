@@ -1,9 +1,9 @@
 """The τ² user simulator as a Ray actor, and the episode driver's user client over it.
 
-The actor's body is orchestra.tau2.user.UserSimulatorPool (plain async class: one tau2 UserSimulator per
+The actor's body is tools.tau2.user.UserSimulatorPool (plain async class: one tau2 UserSimulator per
 episode id, LLM through any OpenAI-compatible endpoint); `make_user_simulator` applies the resources the
 caller (cluster/) chooses. Being async, one actor serves many concurrent episodes; each litellm call runs in
-a worker thread of the actor. `RayUserClient` gives orchestra/tau2/episode.py the same open / reply / close
+a worker thread of the actor. `RayUserClient` gives tools/tau2/episode.py the same open / reply / close
 coroutines as the in-process pool; a dead or timed-out actor is returned as a reply with `error` set (the
 episode ends as user_error), never raised into the episode.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from orchestra.tau2.user import UserSimulatorPool
+from tools.tau2.user import UserSimulatorPool
 
 
 def make_user_simulator(*, num_cpus: float = 0.1, max_concurrency: int = 64, max_restarts: int = 3,

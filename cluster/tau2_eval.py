@@ -3,7 +3,7 @@
 `tau2_spec` reads the dataset spec (what it omits comes from cfg.tau2); `run_tau2` plays every policy against
 tau2's user simulator for `seeds` trials per task, scores each episode with the official evaluator and writes
 episodes.jsonl and report.json / report.md (pass^1..pass^k, reward, $ and tool latency per policy). The CLI and
-its own keys are cluster/evaluate.py's; the episode driver and scoring are orchestra/tau2/'s.
+its own keys are cluster/evaluate.py's; the episode driver and scoring are tools/tau2/'s.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ TAU2_BASELINES = ("strongest", "cheapest")
 
 def tau2_spec(cfg: Any, dataset: str) -> dict[str, Any]:
     """domain_tasks kwargs from `tau2:<domain>[:<version>[:<path>]]`; what the spec omits comes from cfg.tau2."""
-    from orchestra.tau2.evaluation import parse_dataset
+    from tools.tau2.evaluation import parse_dataset
 
     dataset = f"tau2:{cfg.tau2.domain}" if dataset == "tau2" else dataset
     spec = parse_dataset(dataset)
@@ -50,9 +50,9 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     from orchestra.jsonl import write_jsonl
     from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.preferences import parse_preference
-    from orchestra.tau2.domain import domain_tasks
-    from orchestra.tau2.evaluation import driver_factory, run_tau2_eval, summarize_tau2
-    from orchestra.tau2.wiring import call_experts, driver_limits, user_simulator
+    from tools.tau2.domain import domain_tasks
+    from tools.tau2.evaluation import driver_factory, run_tau2_eval, summarize_tau2
+    from tools.tau2.wiring import call_experts, driver_limits, user_simulator
 
     a, tau2 = cfg.agent, asdict(cfg.tau2)
     spec = tau2_spec(cfg, own.get("dataset") or cfg.data.source)

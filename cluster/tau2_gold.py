@@ -1,8 +1,8 @@
 """`python -m cluster.tau2_gold DOMAIN [--tasks FILE] [--split NAME] [--limit N] [--no-drop]`: gold-replay a τ² domain.
 
 DOMAIN is a shipped domain (airline, retail, mock, telecom) or a domain directory (db.json, policy.md, tasks.json,
-tools.py: orchestra/tau2/domain_files.py). Every task's gold actions run through our adapter and the official
-evaluator (orchestra/tau2/gold.py); it prints which files were used, the pass count, how many tasks score 0 once
+tools.py: tools/tau2/domain_files.py). Every task's gold actions run through our adapter and the official
+evaluator (tools/tau2/gold.py); it prints which files were used, the pass count, how many tasks score 0 once
 their last write is dropped, and a count of τ²'s own gold-action warnings instead of one line each. Exit status:
 0 when every task's gold actions pass, 1 when some fail, 2 on bad input (one line naming the file and field).
 No user simulator, policy or network is involved.
@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=0, help="the first N tasks only")
     p.add_argument("--no-drop", action="store_true", help="skip the replay without each task's last write")
     args = p.parse_args(argv)
-    from orchestra.tau2.domain import get_domain
-    from orchestra.tau2.gold import replay_domain
+    from tools.tau2.domain import get_domain
+    from tools.tau2.gold import replay_domain
 
     start = time.perf_counter()
     try:

@@ -47,7 +47,7 @@ from orchestra.preferences import preset
 from orchestra.rundir import checkpoint
 from orchestra.rundir.records import episode_seed
 from orchestra.rundir.tracking import Tracker
-from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ² (task source, judge)
+from tools.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ² (task source, judge)
 from orchestra.types import TrainSample
 from reward.advantages import balance_by_key
 from reward.score import Scored

@@ -33,7 +33,7 @@ def stage(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> Path:
     from orchestra.config import to_yaml
     from orchestra.data.sources import build_task_set
     from orchestra.data.tasks import save_corpus, save_verl_parquet
-    from orchestra.tau2 import wiring as _tau2_wiring  # noqa: F401  registers the tau2: task source
+    from tools.tau2 import wiring as _tau2_wiring  # noqa: F401  registers the tau2: task source
 
     out = Path(stage_dir(cfg))
     out.mkdir(parents=True, exist_ok=True)

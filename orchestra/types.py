@@ -292,3 +292,16 @@ class TrainSample:
                              f"logprobs ({len(self.logprobs)}) must have the same length")
         if not self.prompt_ids:
             raise ValueError("TrainSample: prompt_ids is empty (the first response token needs a context)")
+
+
+@dataclass
+class Judgement:
+    """A judge's verdict on one answer (reward/judges.py makes them; τ² assertions too)."""
+
+    correct: bool
+    score: float  # 1/0 for most judges; the F1 for `f1`
+    judge: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

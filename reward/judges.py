@@ -26,24 +26,14 @@ import re
 import string
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
+
+from orchestra.types import Judgement
 
 Gold = str | Sequence[str]
 MAX_ANSWER_WORDS = 500
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.IGNORECASE)
 _PUNCT = set(string.punctuation) | {"\u2018", "\u2019", "\u201c", "\u201d", "\u2013", "\u2014"}
-
-
-@dataclass
-class Judgement:
-    correct: bool
-    score: float  # 1/0 for most judges; the F1 for `f1`
-    judge: str
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _aliases(gold: Gold) -> list[str]:

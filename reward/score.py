@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestra.data.sources import episode_kind
-from orchestra.types import Task, Trajectory
+from orchestra.types import Judgement, Task, Trajectory
 from reward.cost import CostBreakdown, episode_cost, episode_latency
-from reward.judges import Judgement, LLMJudge, judge, judge_for
+from reward.judges import LLMJudge, judge, judge_for
 from reward.rubric import Judged, Reward, rubric_of, scalar_reward
 
 log = logging.getLogger("orchestra.reward")

@@ -5,7 +5,7 @@ imported outside actors/ and cluster/. Layers, bottom to top (a module may impor
   core          orchestra.{types, preferences, schema, jsonl, config, agent, engine, policy, data, rundir}
   tools         tools.*          } side by side: neither imports the other
   reward        reward.*         }
-  integrations  orchestra.eval, orchestra.tau2, orchestra.routing   (may use core, tools and reward)
+  integrations  orchestra.eval, orchestra.routing   (may use core, tools and reward)
   actors        actors.*
   cluster       cluster.*
   bench         bench/*.py
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("orchestra", "tools", "reward", "actors", "cluster", "bench")
 MAX_LINES = 600
 RAY_ALLOWED = ("actors", "cluster", "bench")
-INTEGRATIONS = ("orchestra.eval", "orchestra.tau2", "orchestra.routing")
+INTEGRATIONS = ("orchestra.eval", "orchestra.routing")
 LAYERS = {"core": 0, "tools": 1, "reward": 1, "integrations": 2, "actors": 3, "cluster": 4, "bench": 5}
 
 

@@ -15,7 +15,7 @@ Three variants, because the repository's three harnesses differ in small ways:
   toolorchestra_frames  evaluation/eval_frames.py (FRAMES)
 orchestra/agent/prompt.py's Prompter calls this when `agent.prompt_format` names one. Left to others: which tools
 exist and what they do (the zoo; ours take the same `model` tier argument), tier -> expert (task.model_mapping),
-the experts' own prompts, and the τ² system prompt (orchestra/tau2/).
+the experts' own prompts, and the τ² system prompt (tools/tau2/).
 """
 
 from __future__ import annotations

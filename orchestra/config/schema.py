@@ -408,7 +408,7 @@ class CheckpointConfig:
 
 @dataclass
 class Tau2Config:
-    """τ²-bench episodes (orchestra/tau2/): the simulated user, the optional NL-assertion judge, driver limits.
+    """τ²-bench episodes (tools/tau2/): the simulated user, the optional NL-assertion judge, driver limits.
     Used for tasks whose data_source starts with `tau2/` (training) and `dataset=tau2:*` (evaluation).
     Keys are read from the environment variables named here; a key itself never enters config or logs."""
 

@@ -3,7 +3,7 @@
 - Task sources (`data.source`, evaluation's `dataset=`): `template` (the synthesis pipeline's offline families),
   `loader:<name>:<path>` (orchestra/data/loaders.py), a path to a Task JSONL/parquet file (its corpus beside it
   as `<stem>.corpus.jsonl`, when there is one), and those integrations register (`tau2:<domain>...`,
-  orchestra/tau2/wiring.py). `build_task_set(data_cfg, tiers)` -> (train, heldout, corpus): sources that do not
+  tools/tau2/wiring.py). `build_task_set(data_cfg, tiers)` -> (train, heldout, corpus): sources that do not
   split themselves are filtered by family, given the tier mapping and split by seed; training tasks then get
   their preference vectors (`data.preference`).
 - Episode kinds, by a task's `data_source` prefix: the runner that plays its episodes and the judge that decides
@@ -75,7 +75,7 @@ def task_source(spec: str) -> TaskSource:
     head = spec.split(":", 1)[0]
     if ":" in spec and head.isidentifier():  # `name:...` names a source, not a file: say which exist
         raise ValueError(f"unknown task source {head + ':'!r}; registered: {sorted(TASK_SOURCES)}, or a path "
-                         "to a Task .jsonl / .parquet file (the tau2: source needs orchestra.tau2.wiring imported)")
+                         "to a Task .jsonl / .parquet file (the tau2: source needs tools.tau2.wiring imported)")
     return _task_file
 
 
@@ -154,7 +154,7 @@ class RunnerParts:
 @dataclass(frozen=True)
 class EpisodeKind:
     """How episodes of a data source are played and judged: `runner(parts)` builds its runner (once per rollout
-    worker, on first use); `judge(traj)` gives its verdict, a reward.judges.Judgement (no gold string needed)."""
+    worker, on first use); `judge(traj)` gives its verdict, an orchestra.types.Judgement (no gold string needed)."""
 
     runner: Callable[[RunnerParts], EpisodeRunner]
     judge: Callable[[Trajectory], Any]

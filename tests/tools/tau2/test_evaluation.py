@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from orchestra.tau2.evaluation import parse_dataset, pass_hat_k, run_tau2_eval, summarize_tau2
 from orchestra.types import Trajectory
+from tools.tau2.evaluation import parse_dataset, pass_hat_k, run_tau2_eval, summarize_tau2
 
 
 def test_pass_hat_k_is_tau_bench_estimator():
@@ -55,11 +55,11 @@ async def test_run_and_summarize():
 def test_evaluator_exception_scores_zero_with_reason(mock_domain, caplog):
     from tau2.data_model.message import ToolMessage
 
-    from orchestra.tau2.reward import evaluate_messages
+    from tools.tau2.reward import evaluate_messages
 
     task = next(t for t in mock_domain.tasks("v0.2.0") if t.evaluation_criteria and t.evaluation_criteria.actions)
     broken = [ToolMessage(id="x", role="tool", content="orphan")]  # a tool message with no call: replay fails
-    with caplog.at_level(logging.WARNING, logger="orchestra.tau2.reward"):
+    with caplog.at_level(logging.WARNING, logger="tools.tau2.reward"):
         score = evaluate_messages(mock_domain, task, broken, "user_stop")
     assert score.score == 0.0 and not score.correct and "Tool message not expected" in score.error
     assert any("evaluator failed" in r.message for r in caplog.records)
@@ -68,8 +68,8 @@ def test_evaluator_exception_scores_zero_with_reason(mock_domain, caplog):
 
 
 def test_to_task_round_trip(mock_domain):
-    from orchestra.tau2.domain import domain_tasks, tau2_task_of
     from orchestra.types import Task
+    from tools.tau2.domain import domain_tasks, tau2_task_of
 
     tasks = domain_tasks("mock", limit=3, model_mapping={"expert-1": "gpt-5"})
     assert len(tasks) == 3 and all(t.category == "func_call" and t.data_source == "tau2/mock" for t in tasks)
@@ -82,9 +82,9 @@ def test_to_task_round_trip(mock_domain):
 async def test_driver_factory_end_to_end_with_scripted_policy_and_user(mock_domain):
     """The hook as cluster/tau2_eval would call it, with an in-process scripted user (no LLM)."""
     from orchestra.agent.prompt import Prompter
-    from orchestra.tau2.domain import domain_tasks
-    from orchestra.tau2.evaluation import driver_factory
     from tests.helpers.fakes import ByteTokenizer, ScriptedEngine, call_text
+    from tools.tau2.domain import domain_tasks
+    from tools.tau2.evaluation import driver_factory
 
     class ScriptedUser:
         async def open(self, episode_id, task_json):
@@ -108,8 +108,8 @@ async def test_driver_factory_end_to_end_with_scripted_policy_and_user(mock_doma
 
 
 def test_judgement_feeds_the_rubric():
-    from orchestra.tau2.reward import judgement_of
     from reward.rubric import scalar_reward
+    from tools.tau2.reward import judgement_of
 
     traj = Trajectory(task_id="t", uid="t", termination="answered")
     assert judgement_of(traj).correct is False

@@ -9,8 +9,8 @@ simulator's cost is the benchmark's, reported apart); latency is tool service ti
 concurrency (each trial its own episode id, so its own environment) and returns one record per episode;
 `summarize_tau2(records, ks)` reduces them. `driver_factory(domain, engine_for, prompter, user, experts=,
 tiers=)` builds `make_driver`; the caller brings the engine, the prompter, the zoo's experts and the user
-(orchestra.tau2.user.UserSimulatorPool, or actors/user_simulator.RayUserClient); orchestra/tau2/domain.domain_tasks
-(with parse_dataset's kwargs) gives the tasks. How τ² joins training is orchestra/tau2/wiring.py.
+(tools.tau2.user.UserSimulatorPool, or actors/user_simulator.RayUserClient); tools/tau2/domain.domain_tasks
+(with parse_dataset's kwargs) gives the tasks. How τ² joins training is tools/tau2/wiring.py.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def driver_factory(domain: str, engine_for: Any, prompter: Any, user: Any, *, ex
     """`make_driver` for run_tau2_eval: a driver per episode (Tau2EpisodeDriver.for_domain: the domain is built
     once per process; its own tools and sessions keep trials apart); `engine_for(trial)` gives the engine (seeded
     per trial). `driver_kw` are Tau2EpisodeDriver's (max_turns, eos_token_ids, budget_usd, nl_judge, ...)."""
-    from orchestra.tau2.episode import Tau2EpisodeDriver
+    from tools.tau2.episode import Tau2EpisodeDriver
 
     return lambda trial: Tau2EpisodeDriver.for_domain(domain, engine_for(trial), prompter, user, experts=experts,
                                                       tiers=tiers, **driver_kw)

@@ -15,13 +15,13 @@ if importlib.util.find_spec("tau2") is None:  # the optional `tau2` extra (nvidi
 
 @pytest.fixture(scope="session")
 def mock_domain():
-    from orchestra.tau2.domain import get_domain
+    from tools.tau2.domain import get_domain
 
     return get_domain("mock")
 
 
 @pytest.fixture(scope="session")
 def airline_domain():
-    from orchestra.tau2.domain import get_domain
+    from tools.tau2.domain import get_domain
 
     return get_domain("airline")

@@ -2,11 +2,11 @@
 
 Importing this module registers τ² with the core's registries (orchestra/data/sources.py):
 - the task source `tau2:<domain>[:<version>[:<tasks.json>]]` (`data.source`; <domain> is a shipped name or a
-  domain directory, orchestra/tau2/domain_files.py; `data.splits=train,test` takes the domain's own split; the
+  domain directory, tools/tau2/domain_files.py; `data.splits=train,test` takes the domain's own split; the
   domain DB is the corpus, so there is none for the retriever);
 - the episode kind of data_source `tau2/*`: episodes are played by the three-party driver
-  (orchestra/tau2/episode.py) and judged by the official evaluator's verdict on the trajectory
-  (orchestra/tau2/reward.judgement_of; a τ² task has no gold answer string).
+  (tools/tau2/episode.py) and judged by the official evaluator's verdict on the trajectory
+  (tools/tau2/reward.judgement_of; a τ² task has no gold answer string).
 The driver's parts come from the `tau2` config section (Tau2Config as a dict) and the zoo: domain tools and
 call_expert run in the rollout worker's process (each episode owns its environment, which the evaluator
 scores there), the user simulator is an in-process UserSimulatorPool. cluster/tau2_eval.py's `dataset=tau2:*`
@@ -20,15 +20,15 @@ import os
 from typing import Any
 
 from orchestra.data.sources import EpisodeKind, RunnerParts, register_episode_kind, register_task_source
-from orchestra.tau2.reward import judgement_of
 from orchestra.types import Task, Trajectory
+from tools.tau2.reward import judgement_of
 
 
 def load_source(spec: str, data_cfg: Any, tiers: dict[str, str] | None) -> tuple[list[Task], list[Task] | None, list]:
     """A task source: `tau2:<domain or domain dir>[:<version>[:<path>]]` -> the domain's tasks, split by the
     caller (seeded), or with `data.splits=train,test` by the domain's own split file, each cut to its n."""
-    from orchestra.tau2.domain import domain_tasks
-    from orchestra.tau2.evaluation import parse_dataset
+    from tools.tau2.domain import domain_tasks
+    from tools.tau2.evaluation import parse_dataset
 
     kw = parse_dataset(spec)
     splits = [s.strip() for s in str(getattr(data_cfg, "splits", "") or "").split(",") if s.strip()]
@@ -41,7 +41,7 @@ def load_source(spec: str, data_cfg: Any, tiers: dict[str, str] | None) -> tuple
 
 def user_simulator(tau2: dict[str, Any]) -> Any:
     """An in-process τ² user simulator from Tau2Config's keys (its API key is read from the named env var)."""
-    from orchestra.tau2.user import UserSimulatorPool
+    from tools.tau2.user import UserSimulatorPool
 
     if not tau2.get("user_model"):
         raise ValueError("τ² tasks need a user simulator: set tau2.user_model (e.g. openai/<name>) and "
@@ -81,8 +81,8 @@ def call_experts(tau2: dict[str, Any], zoo: dict[str, Any]) -> tuple[dict[str, A
     transfer_to_human_agents."""
     if not tau2.get("call_expert", True) or not zoo.get("experts"):
         return None, {}
-    from orchestra.tau2.call_expert import TIER_PREFIX
     from tools.registry import as_zoo, build_experts
+    from tools.tau2.call_expert import TIER_PREFIX
 
     cfg = as_zoo(zoo)
     return build_experts(cfg), {t: e for t, e in cfg.tiers.items() if t.startswith(TIER_PREFIX)}
@@ -99,7 +99,7 @@ class Tau2Runner:
         self.drivers: dict[str, Any] = {}
 
     def driver(self, task: Task) -> Any:
-        from orchestra.tau2.episode import Tau2EpisodeDriver
+        from tools.tau2.episode import Tau2EpisodeDriver
 
         domain = str(task.meta.get("tau2_domain") or task.data_source.split("/", 1)[1])
         if domain not in self.drivers:

@@ -8,7 +8,7 @@ signals; `stop` in the returned dict names which). litellm calls are blocking, s
 The API key, when one is needed, is read from the environment variable named by `api_key_env`; it never
 enters config or logs. Importing tau2's user simulator imports litellm (~3-4 s, more on a loaded machine).
 
-actors/user_simulator.py makes this a Ray actor; orchestra/tau2/episode.py calls it (in-process or actor)
+actors/user_simulator.py makes this a Ray actor; tools/tau2/episode.py calls it (in-process or actor)
 through the same three async methods: open, reply, close.
 """
 
@@ -51,7 +51,7 @@ class UserSimulatorPool:
         self._live: dict[str, tuple[Any, Any]] = {}
 
     def _new_user(self, tau2_task: Any) -> tuple[Any, Any]:
-        from orchestra.tau2.domain import import_tau2
+        from tools.tau2.domain import import_tau2
 
         import_tau2()
         from tau2.user.user_simulator import UserSimulator
@@ -60,7 +60,7 @@ class UserSimulatorPool:
         return user, user.get_init_state()
 
     async def open(self, episode_id: str, tau2_task_json: dict[str, Any]) -> None:
-        from orchestra.tau2.domain import import_tau2
+        from tools.tau2.domain import import_tau2
 
         import_tau2()
         from tau2.data_model.tasks import Task as Tau2Task

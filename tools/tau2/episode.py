@@ -8,13 +8,13 @@ each new observation / user message appended as a template delta, so `agent_loop
 trajectory into one masked training sample (user and tool tokens masked out).
 
 It follows tau2's orchestrator: the agent greets first ("Hi! How can I help you today?"), tool calls run on
-the episode's own environment (orchestra/tau2/adapter.py), a `call_expert` reply that is a message goes to
+the episode's own environment (tools/tau2/adapter.py), a `call_expert` reply that is a message goes to
 the user as the agent's turn, `###STOP###` in an agent message is an agent stop, the user's stop signals end
 the episode (user stop), and too many tool errors or steps end it prematurely (tau2 scores those 0).
 Terminations: user/agent stop -> `answered`; out of turns/steps/too many errors -> `max_turns`; no context room
 left for a reply -> `context` (τ² calls it max_steps); $/seconds budget -> `budget` (the same check as the agent
 loop's, orchestra/agent/budget.py); engine or user-simulator failure -> `error`. `traj.meta["tau2_termination"]` keeps
-tau2's own name. With `score=True` the official evaluator scores the episode here (orchestra/tau2/reward.py)
+tau2's own name. With `score=True` the official evaluator scores the episode here (tools/tau2/reward.py)
 and `traj.correct` / `traj.meta["tau2_score"]` are set; the τ² transcript is kept in `meta["tau2_messages"]`.
 The domain tools must run in this process (tools.base.LocalToolClient over adapter.domain_tools with the same
 `sessions`): they are cheap in-memory functions, and the session they write is the one scored here.
@@ -30,8 +30,8 @@ from typing import Any
 from orchestra.agent.budget import EpisodeBudget
 from orchestra.agent.prompt import preference_text
 from orchestra.engine import Sampling
-from orchestra.tau2.call_expert import split_agent_output
 from orchestra.types import Task, ToolCall, ToolContext, ToolRecord, ToolResult, Trajectory, Turn
+from tools.tau2.call_expert import split_agent_output
 
 GREETING = "Hi! How can I help you today?"
 AGENT_STOP = "###STOP###"
@@ -69,9 +69,9 @@ class Tau2EpisodeDriver:
                    **limits: Any) -> Tau2EpisodeDriver:
         """A driver over `domain`'s tools, run in this process (`transfer_to_human_agents` swapped for
         `call_expert` over `experts` when given) with its own session store; `limits` are the constructor's."""
-        from orchestra.tau2.adapter import Tau2Sessions, domain_tools
-        from orchestra.tau2.domain import get_domain
         from tools.base import LocalToolClient
+        from tools.tau2.adapter import Tau2Sessions, domain_tools
+        from tools.tau2.domain import get_domain
 
         sessions = Tau2Sessions(get_domain(domain))
         tools = domain_tools(sessions.domain, sessions, experts=experts, tiers=tiers,
@@ -97,7 +97,7 @@ class Tau2EpisodeDriver:
         if session is not None:
             traj.meta["tau2_messages"] = [m.model_dump(mode="json") for m in session.messages]
             if self.score:
-                from orchestra.tau2.reward import score_session
+                from tools.tau2.reward import score_session
 
                 result = score_session(session, reason, **self.judge)
                 traj.correct = result.correct

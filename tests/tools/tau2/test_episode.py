@@ -11,14 +11,14 @@ import pytest
 from orchestra.agent.loop import episode_samples
 from orchestra.agent.prompt import Prompter
 from orchestra.engine import Sampling
-from orchestra.tau2.adapter import Tau2Sessions, domain_tools
-from orchestra.tau2.domain import to_task
-from orchestra.tau2.episode import Tau2EpisodeDriver
 from orchestra.types import ToolCall, ToolContext
 from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.fakes import ByteTokenizer, ScriptedEngine, call_text
 from tools.base import LocalToolClient
 from tools.experts.base import ExpertReply
+from tools.tau2.adapter import Tau2Sessions, domain_tools
+from tools.tau2.domain import to_task
+from tools.tau2.episode import Tau2EpisodeDriver
 
 
 def _user_reply(messages):
@@ -31,7 +31,7 @@ def _user_reply(messages):
 
 @pytest.fixture(scope="module")
 def fake_user():
-    from orchestra.tau2.user import UserSimulatorPool
+    from tools.tau2.user import UserSimulatorPool
 
     with FakeOpenAI(_user_reply) as server:
         yield UserSimulatorPool("openai/fake-user", api_base=server.base_url, timeout_s=10, num_retries=0), server

@@ -8,9 +8,9 @@ writes, whichever process or actor runs the tools. `DomainTool` wraps one τ² t
 recorded ToolMessage is byte-for-byte what the evaluator's replay expects. τ² tool errors (bad reservation
 id, policy violations) are observations, as in τ², and are also flagged as `error` on our ToolResult.
 
-`transfer_to_human_agents` is replaced by `call_expert` (orchestra/tau2/call_expert.py) when experts are
-given, as in ToolOrchestra. The episode driver (orchestra/tau2/episode.py) records agent text and user turns
-in the same session; scoring is orchestra/tau2/reward.py.
+`transfer_to_human_agents` is replaced by `call_expert` (tools/tau2/call_expert.py) when experts are
+given, as in ToolOrchestra. The episode driver (tools/tau2/episode.py) records agent text and user turns
+in the same session; scoring is tools/tau2/reward.py.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import itertools
 import time
 from typing import Any
 
-from orchestra.tau2.domain import Tau2Domain, tau2_task_of
 from orchestra.types import Task, ToolContext, ToolResult
+from tools.tau2.domain import Tau2Domain, tau2_task_of
 
 TRANSFER_TOOL = "transfer_to_human_agents"
 
@@ -116,7 +116,7 @@ def domain_tools(domain: Tau2Domain, sessions: Tau2Sessions, experts: dict[str, 
     when `experts` are given (tiers `expert-1..n` -> expert names; a task's model_mapping overrides)."""
     tools: dict[str, Any] = {name: DomainTool(s, sessions) for name, s in domain.tool_schemas.items()}
     if experts:
-        from orchestra.tau2.call_expert import CallExpertTool
+        from tools.tau2.call_expert import CallExpertTool
 
         tools.pop(TRANSFER_TOOL, None)
         expert_tool = CallExpertTool(experts, tiers or {}, sessions, tools, max_tokens=expert_max_tokens)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from actors.rollout_worker import RolloutWorker, trajectory
-from orchestra.tau2.domain import to_task
 from orchestra.types import Trajectory
 from reward.score import score_group
 from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.fakes import call_text
+from tools.tau2.domain import to_task
 
 GOOD = [call_text("create_task", user_id="user_1", title="Important Meeting"),
         "<message>Done: the task is created.</message>"]

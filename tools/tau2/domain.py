@@ -9,9 +9,9 @@ replay) gets its own environment from a cheap unpickle instead of re-reading and
 Task versions: `v0.2.0` is the task file the wheel ships (the blob ToolOrchestra evaluated on); `current`
 is tau2-bench HEAD's fixed task file, which the wheel lacks: pass its path (e.g. ../shared/data/tau2/...).
 Domains: the wheel's airline, retail, mock and telecom by name, or any domain directory by path (its db, policy,
-tasks and tools module: orchestra/tau2/domain_files.py). Telecom's tasks all need user-side tools (dual control),
+tasks and tools module: tools/tau2/domain_files.py). Telecom's tasks all need user-side tools (dual control),
 which our user simulator does not drive: `domain_tasks` refuses such tasks for episodes, while the gold replay
-(orchestra/tau2/gold.py) runs them. What an episode does with the environment is orchestra/tau2/adapter.py's job.
+(tools/tau2/gold.py) runs them. What an episode does with the environment is tools/tau2/adapter.py's job.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from orchestra.tau2.domain_files import (
+from orchestra.types import Task
+from tools.tau2.domain_files import (
     SHIPPED,
     db_class_of,
     domain_files,
@@ -32,7 +33,6 @@ from orchestra.tau2.domain_files import (
     read_json,
     validation_message,
 )
-from orchestra.types import Task
 
 VERSIONS = ("v0.2.0", "current")
 _QUIET = False
@@ -80,7 +80,7 @@ def _domain_module(domain: str, part: str = "environment") -> Any:
 
 
 class Tau2Domain:
-    """One τ² domain (a shipped name or a directory, orchestra/tau2/domain_files.py): its policy, tool schemas,
+    """One τ² domain (a shipped name or a directory, tools/tau2/domain_files.py): its policy, tool schemas,
     and a factory of fresh, independent environments."""
 
     def __init__(self, ref: str):

@@ -101,14 +101,14 @@ def _nl_with_judge(tau2_task: Any, messages: list[Any], model: str, args: dict[s
 
 
 def score_session(session: Any, termination: str, **judge: Any) -> Tau2Score:
-    """Score an orchestra/tau2/adapter.Tau2Session."""
+    """Score an tools/tau2/adapter.Tau2Session."""
     return evaluate_messages(session.domain, session.tau2_task, session.messages, termination, **judge)
 
 
 def judgement_of(traj: Any) -> Any:
-    """The τ² verdict as a reward.judges.Judgement, for reward/score.py's judging step on data_source
+    """The τ² verdict as an orchestra.types.Judgement, for reward/score.py's judging step on data_source
     `tau2/*` (the episode driver already scored it; a τ² task has no gold answer string to judge)."""
-    from reward.judges import Judgement
+    from orchestra.types import Judgement
 
     score = (getattr(traj, "meta", None) or {}).get("tau2_score")
     if not score:

@@ -2,7 +2,7 @@
 
 What anyone bringing a domain (a shipped one with their own db / policy / tasks, or a synthesised ToolScale-style
 one) needs first: if the gold actions do not score 1.0 through our tools, no policy can. Per task:
-1. a fresh session (orchestra/tau2/adapter.py); the agent's gold actions go through our tool client
+1. a fresh session (tools/tau2/adapter.py); the agent's gold actions go through our tool client
    (tools.base.LocalToolClient over the domain tools, each call's arguments checked against its schema), the
    user's gold actions (dual-control domains such as telecom) straight to the user's tools, as τ²'s user does;
 2. the agent then says the task's communicate info, the user stops, and the official evaluator scores it;
@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestra.tau2.adapter import Tau2Sessions, domain_tools
-from orchestra.tau2.domain import WARNING_HOOKS, Tau2Domain, to_task
-from orchestra.tau2.reward import Tau2Score, score_session
 from orchestra.types import ToolCall, ToolContext
+from tools.tau2.adapter import Tau2Sessions, domain_tools
+from tools.tau2.domain import WARNING_HOOKS, Tau2Domain, to_task
+from tools.tau2.reward import Tau2Score, score_session
 
 
 def gold_actions(tau2_task: Any, requestors: tuple[str, ...] = ("assistant", "user")) -> list[Any]:
@@ -139,7 +139,7 @@ async def replay_domain(domain: Tau2Domain, tasks: list[Any], version: str = "v0
             if skip is None:
                 report.no_write.append(t.id)
                 continue
-            with _quiet("orchestra.tau2.reward"):  # a dropped write may make the evaluator raise: expected here
+            with _quiet("tools.tau2.reward"):  # a dropped write may make the evaluator raise: expected here
                 dropped, _ = await replay(domain, t, version, skip=skip)
             (report.dropped_zero if not dropped.correct else report.dropped_still_pass).append(t.id)
     return report

@@ -1,12 +1,12 @@
-"""Gold replays through our adapter (orchestra/tau2/gold.py) score 1.0 under the official evaluator; dropping the
+"""Gold replays through our adapter (tools/tau2/gold.py) score 1.0 under the official evaluator; dropping the
 last write scores 0.
 
 Every mock task (wheel v0.2.0 and tau2-bench HEAD from ../shared/data) and a fixed sample of airline tasks
 run by default; `-m slow` runs every airline task of both versions (~6 min on 2 cores).
 
 Why the full airline replay stays `slow` (measured on the 2-core dev machine): environments already come from
-an in-memory copy of the loaded DB (orchestra/tau2/domain.Tau2Domain.new_env unpickles a pristine blob, no
-db.json re-read, and orchestra/tau2/reward.py injects it as the evaluator's `environment_constructor`). What is
+an in-memory copy of the loaded DB (tools/tau2/domain.Tau2Domain.new_env unpickles a pristine blob, no
+db.json re-read, and tools/tau2/reward.py injects it as the evaluator's `environment_constructor`). What is
 left is the official check itself: each scored replay builds three full environments (the episode's, the
 evaluator's predicted and gold ones; 0.2-0.4 s each for the 2.7 MB pickled airline DB, a deepcopy is no
 faster) and hashes two full DBs (model_dump + json + sha256, 0.15-0.3 s each). Both versions x ~46 tasks x
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestra.tau2.gold import gold_actions, last_write_index, replay
+from tools.tau2.gold import gold_actions, last_write_index, replay
 
 AIRLINE_SAMPLE = ("11",)  # a multi-write task; `-m slow` covers all of them
 
@@ -46,7 +46,7 @@ async def test_mock_gold_replay_wheel_tasks(mock_domain):
 
 
 async def test_mock_gold_replay_current_tasks(mock_domain, shared_data):
-    from orchestra.tau2.domain import needs_user_tools
+    from tools.tau2.domain import needs_user_tools
 
     tasks = mock_domain.tasks("current", shared_data / "tau2" / "mock" / "tasks.json")
     # HEAD's one dual-control mock task needs user tools the wheel's mock domain lacks (reported as a gap)

@@ -1,4 +1,4 @@
-"""τ² domains by path (orchestra/tau2/domain_files.py) and the gold-replay command (cluster/tau2_gold.py): the
+"""τ² domains by path (tools/tau2/domain_files.py) and the gold-replay command (cluster/tau2_gold.py): the
 shipped example domain (examples/tau2/library: made up, with its own tools.py) replays 4/4 and trains from its own
 split; a directory named after a shipped domain borrows what it lacks; dual-control tasks are refused for episodes
 but replayed by the command; τ²'s own gold-action warnings are counted, not printed; bad domains are one line."""
@@ -32,9 +32,9 @@ def test_the_example_domain_replays_every_gold_action_from_its_directory(capsys)
 
 
 def test_a_domain_directory_trains_from_its_own_split(tmp_path):
-    import orchestra.tau2.wiring  # noqa: F401 - registers the tau2: source
+    import tools.tau2.wiring  # noqa: F401 - registers the tau2: source
     from orchestra.data.sources import build_task_set
-    from orchestra.tau2.domain import tau2_task_of
+    from tools.tau2.domain import tau2_task_of
 
     cfg = load_config(["experiment=tau2_mock", f"data.source=tau2:{LIBRARY}", "data.splits=train,test",
                        "data.n_train=5", "data.n_heldout=5"])
@@ -54,7 +54,7 @@ def test_a_domain_directory_trains_from_its_own_split(tmp_path):
 
 
 def test_the_shipped_presets_use_each_domains_own_split():
-    import orchestra.tau2.wiring  # noqa: F401
+    import tools.tau2.wiring  # noqa: F401
     from orchestra.data.sources import build_task_set
 
     for name, sizes in (("tau2_retail", (74, 40)), ("tau2_airline", (30, 20)), ("tau2_mock", (6, 3))):
@@ -65,7 +65,7 @@ def test_the_shipped_presets_use_each_domains_own_split():
 
 def test_a_directory_named_after_a_shipped_domain_borrows_what_it_lacks(tmp_path, mock_domain):
     """mock/ with only its own db.json and policy.md: τ²'s mock tools and tasks, our DB and policy."""
-    from orchestra.tau2.domain import get_domain
+    from tools.tau2.domain import get_domain
 
     d = tmp_path / "mock"
     d.mkdir()
@@ -81,7 +81,7 @@ def test_a_directory_named_after_a_shipped_domain_borrows_what_it_lacks(tmp_path
 
 
 def test_dual_control_tasks_are_refused_for_episodes_and_replayed_by_the_command(capsys):
-    from orchestra.tau2.domain import domain_tasks
+    from tools.tau2.domain import domain_tasks
 
     with pytest.raises(ValueError, match=r"telecom: (\d+) of \1 tasks .* need user-side tools"):
         domain_tasks("telecom")

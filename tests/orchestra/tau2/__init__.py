@@ -1,1 +1,0 @@
-"""Tests of orchestra/tau2/."""
