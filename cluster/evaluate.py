@@ -91,12 +91,12 @@ def tool_server_clients(cfg: Any, corpus: list, seeds: list[int], tasks: list) -
 def build(cfg: Any, own: dict[str, str]):
     """Everything the Evaluator needs: (evaluator, tasks, policies, preferences, seeds)."""
     from orchestra.agent.prompt import Prompter
-    from orchestra.eval.baselines import BASELINES, tier_costs
+    from orchestra.eval.baselines import BASELINES
     from orchestra.eval.runner import Evaluator
     from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.preferences import PRESETS, parse_preference
     from tools.base import LocalToolClient
-    from tools.registry import Build, build_experts, build_tools
+    from tools.registry import Build, build_experts, build_tools, tier_costs
 
     m, z, a = cfg.model, cfg.zoo, cfg.agent
     tasks, corpus = heldout_tasks(cfg, own.get("dataset", ""), int(own.get("n", cfg.eval.n_tasks)))

@@ -46,10 +46,10 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     from orchestra.agent.prompt import Prompter
     from orchestra.engine import Sampling
     from orchestra.engine.scripted import call_text, script_engine
-    from orchestra.eval.baselines import tier_costs
     from orchestra.jsonl import write_jsonl
     from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.preferences import parse_preference
+    from tools.registry import tier_costs
     from tools.tau2.domain import domain_tasks
     from tools.tau2.evaluation import driver_factory, run_tau2_eval, summarize_tau2
     from tools.tau2.wiring import call_experts, driver_limits, user_simulator

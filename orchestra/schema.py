@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# The tiered orchestrator tools and the prefix of their tier ids (`answer-4`, `search-2`), in the order charts draw
+# them: a naming contract shared by the tools (tools/orchestra_tools.py), evaluation's tool mix and the scripts.
+TIER_PREFIXES: dict[str, tuple[str, ...]] = {"search": ("search-",), "enhance_reasoning": ("reasoner-",),
+                                              "answer": ("answer-",)}
 
 def function_schema(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}

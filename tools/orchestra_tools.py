@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestra.schema import function_schema
+from orchestra.schema import TIER_PREFIXES, function_schema
 from orchestra.types import Task, ToolContext, ToolResult
 from tools.base import Tool, guarded_call
 from tools.experts.base import Expert, ExpertReply, bound_tokens
@@ -226,7 +226,7 @@ class TieredExpertTool:
 class SearchTool(TieredExpertTool):
     name = "search"
     summary = "Search: an expert writes a query; retrieved passages come back."
-    prefixes = ("search-",)
+    prefixes = TIER_PREFIXES["search"]
     purpose = "query"
 
     def backend_example(self) -> dict[str, Any]:
@@ -248,7 +248,7 @@ class SearchTool(TieredExpertTool):
 class EnhanceReasoningTool(TieredExpertTool):
     name = "enhance_reasoning"
     summary = "Code: an expert writes Python; the sandbox runs it."
-    prefixes = ("reasoner-",)
+    prefixes = TIER_PREFIXES["enhance_reasoning"]
     purpose = "code"
 
     def backend_example(self) -> dict[str, Any]:
@@ -271,7 +271,7 @@ class EnhanceReasoningTool(TieredExpertTool):
 class AnswerTool(TieredExpertTool):
     name = "answer"
     summary = "Answer: an expert gives the final answer (ends the episode)."
-    prefixes = ("answer-",)
+    prefixes = TIER_PREFIXES["answer"]
     purpose = "answer"
 
     async def finish(self, reply, ctx, base, meta):

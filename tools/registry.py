@@ -197,3 +197,14 @@ def build_tools(zoo: ZooConfig | dict[str, Any], names: list[str] | None = None,
         raise ConfigError(f"unknown tool(s) {unknown}; registered tools are {sorted(TOOL_BUILDERS)}"
                           + (" and <server>__<tool> of zoo.mcp_servers" if zoo.mcp_servers else ""))
     return {n: b.mcp.tool(n) if n in mcp else TOOL_BUILDERS[n](b) for n in names}
+
+
+def tier_costs(zoo: Any, tiers: dict[str, str]) -> dict[str, float]:
+    """$ of one nominal call per tier (1000 tokens in, the expert's typical output), for ranking tiers."""
+    experts = build_experts(zoo)
+    out = {}
+    for tier, name in tiers.items():
+        e = experts.get(name)
+        if e is not None:
+            out[tier] = float(e.cost(1000, int(getattr(e, "tokens_out", 500) or 500)))
+    return out

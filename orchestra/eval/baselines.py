@@ -2,7 +2,8 @@
 
 Every policy runs through the SAME AgentLoop, tools and accounting (orchestra/eval/runner.py): baselines are
 scripted engines (orchestra.engine.scripted) that emit fixed tool calls. Baselines:
-  strongest  `answer` with the tier whose expert costs most per nominal call (1k tokens in, its typical out)
+  strongest  `answer` with the tier whose expert costs most per nominal call (1k tokens in, its typical out;
+             the callers rank tiers with tools/registry.py `tier_costs`)
   cheapest   `answer` with the tier that costs least
   random     `answer` with a uniformly random tier (seeded per task and seed)
   heuristic  family keywords -> tiers (`HEURISTIC_RULES`, written for the template families; a rule whose
@@ -31,19 +32,6 @@ HEURISTIC_RULES: list[tuple[str, list[tuple[str, str]]]] = [
     (r" boxes of |How many", [("answer", "answer-math-2")]),
     (r"^(Who|Where|Which|In which|In what)\b", [("search", "search-3"), ("answer", "answer-3")]),
 ]
-
-
-def tier_costs(zoo: Any, tiers: dict[str, str]) -> dict[str, float]:
-    """$ of one nominal call per tier (1000 tokens in, the expert's typical output), for ranking tiers."""
-    from tools.registry import build_experts
-
-    experts = build_experts(zoo)
-    out = {}
-    for tier, name in tiers.items():
-        e = experts.get(name)
-        if e is not None:
-            out[tier] = float(e.cost(1000, int(getattr(e, "tokens_out", 500) or 500)))
-    return out
 
 
 def _answer_tiers(schemas: list[dict[str, Any]]) -> list[str]:

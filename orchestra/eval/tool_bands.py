@@ -26,11 +26,11 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.orchestra_tools import ORCHESTRA_TOOLS
+from orchestra.schema import TIER_PREFIXES
 
 INVALID = "invalid"
 # the tiered tools and their tier-id prefixes, in the order bands are drawn
-TIERED: dict[str, tuple[str, ...]] = {name: cls.prefixes for name, cls in ORCHESTRA_TOOLS.items()}
+TIERED: dict[str, tuple[str, ...]] = dict(TIER_PREFIXES)
 # the words of the tiered tools (their names and prefixes): a second one inside an id means a run-together mistake
 _WORDS = tuple(sorted({w for name, prefixes in TIERED.items() for w in (name, *(p.strip("-") for p in prefixes))}))
 _TIER_SHAPE = re.compile(rf"(?:{'|'.join(re.escape(p) for ps in TIERED.values() for p in ps)})"

@@ -11,13 +11,14 @@ import pytest
 
 from orchestra.agent.prompt import Prompter
 from orchestra.data.synth.template import generate_tasks
-from orchestra.eval.baselines import baseline_script, tier_costs
+from orchestra.eval.baselines import baseline_script
 from orchestra.eval.plots import plot_training
 from orchestra.eval.report import quality_figures, write_report
 from orchestra.eval.runner import Evaluator
 from orchestra.eval.stats import frontier, mean_ci, on_frontier, summarize
 from orchestra.preferences import PRESETS
 from tests.helpers.fakes import ByteTokenizer, ScriptedEngine, call_text
+from tools.registry import tier_costs
 
 
 def test_mean_ci_by_hand():
