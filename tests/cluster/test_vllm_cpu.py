@@ -112,3 +112,20 @@ def test_serve_answers_through_the_vllm_server(setup):
     assert r.status_code == 200, r.text
     ext = r.json()["orchestra"]
     assert ext["termination"] in ("answered", "max_turns") and r.json()["usage"]["completion_tokens"] > 0
+
+
+def test_the_vllm_benchmark_runs():
+    """bench/vllm_cpu_engine.py at tiny sizes (its own server): it completes and prints its RESULT lines."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not (DEFAULT_VENV / "bin" / "python").exists():
+        pytest.skip(f"no vLLM venv at {DEFAULT_VENV}: run `make test-vllm-cpu` (it installs it)")
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "bench/vllm_cpu_engine.py", "--prompts", "4", "--tokens", "4", "--repeats",
+                        "1"], cwd=root, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    printed = set(re.findall(r"^RESULT (\w+)=", r.stdout, re.M))
+    assert {"vllm_cpu_tok_s", "hf_engine_tok_s", "vllm_cpu_vs_hf", "vllm_cpu_greedy_identical"} <= printed, r.stdout
