@@ -95,6 +95,7 @@ def build(cfg: Any, own: dict[str, str]):
     from orchestra.eval.runner import Evaluator
     from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.preferences import PRESETS, parse_preference
+    from reward.score import episode_scorer
     from tools.base import LocalToolClient
     from tools.registry import Build, build_experts, build_tools, tier_costs
 
@@ -134,9 +135,9 @@ def build(cfg: Any, own: dict[str, str]):
     ev = Evaluator(tok, prompter, clients, eos_token_ids(tok)[0], engines=engines, routers=routers,
                    tier_cost=tier_costs(z, task_tiers(cfg)), experts=experts,
                    agent_kwargs={**a.loop_kwargs(), "eos_token_ids": eos_token_ids(tok)},
-                   sampling=sampling, judges=dict(r.judges), cost_scale=r.cost_scale, latency_scale=r.latency_scale,
-                   price_in=m.price_in_per_mtok, price_out=m.price_out_per_mtok,
-                   concurrency=int(own.get("concurrency", 16)), results_path=out / "episodes.jsonl")
+                   sampling=sampling, concurrency=int(own.get("concurrency", 16)), results_path=out / "episodes.jsonl",
+                   score=episode_scorer(dict(r.judges), cost_scale=r.cost_scale, latency_scale=r.latency_scale,
+                                        price_in=m.price_in_per_mtok, price_out=m.price_out_per_mtok))
     return ev, tasks, policies, prefs, seeds, out
 
 

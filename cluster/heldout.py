@@ -112,6 +112,7 @@ def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, token
     process, scored as the policy's are; {} when the run has no router."""
     from orchestra.agent.prompt import Prompter
     from orchestra.eval.runner import Evaluator
+    from reward.score import episode_scorer
     from orchestra.eval.stats import summarize
     from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.routing.router import EstimatorRouter, has_router
@@ -122,9 +123,10 @@ def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, token
     router = EstimatorRouter.load(run_dir, embed_texts)
     r, m, eos = cfg.reward, cfg.model, eos_token_ids(tokenizer)
     ev = Evaluator(tokenizer, Prompter(tokenizer, **cfg.agent.prompter_kwargs()), {0: tools}, eos[0],
-                   agent_kwargs={**cfg.agent.loop_kwargs(), "eos_token_ids": eos}, judges=dict(r.judges),
-                   cost_scale=r.cost_scale, latency_scale=r.latency_scale, price_in=m.price_in_per_mtok,
-                   price_out=m.price_out_per_mtok, concurrency=32, routers={"estimator": router.script})
+                   agent_kwargs={**cfg.agent.loop_kwargs(), "eos_token_ids": eos},
+                   score=episode_scorer(dict(r.judges), cost_scale=r.cost_scale, latency_scale=r.latency_scale,
+                                        price_in=m.price_in_per_mtok, price_out=m.price_out_per_mtok),
+                   concurrency=32, routers={"estimator": router.script})
     names = presets(cfg)
     records = asyncio.run(ev.run(tasks, ["estimator"], {p: preset(p) for p in names}, [0],
                                  pref_policies=("estimator",)))

@@ -75,6 +75,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     from orchestra.agent.prompt import Prompter
     from orchestra.routing.estimator import RouteEstimator, TaskFeatures
     from orchestra.routing.explore import explore
+    from reward.score import episode_scorer
     from orchestra.routing.plans import enumerate_plans
     from orchestra.routing.router import EstimatorRouter
     from orchestra.routing.teacher import cross_fitted, teacher_labels
@@ -89,9 +90,10 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     t0 = time.perf_counter()
     bar = bars.add("explore", len(tasks) * len(plans))
     outcomes = explore(tasks, plans, tools, tok, Prompter(tok, **launch.prompter_kwargs(c)), eos[0],
-                       agent_kwargs={**c.agent.loop_kwargs(), "eos_token_ids": eos}, judges=dict(r.judges),
-                       cost_scale=r.cost_scale, latency_scale=r.latency_scale, price_in=c.model.price_in_per_mtok,
-                       price_out=c.model.price_out_per_mtok, results_path=run_dir / "router" / "explore.jsonl",
+                       agent_kwargs={**c.agent.loop_kwargs(), "eos_token_ids": eos},
+                       score=episode_scorer(dict(r.judges), cost_scale=r.cost_scale, latency_scale=r.latency_scale,
+                                            price_in=c.model.price_in_per_mtok, price_out=c.model.price_out_per_mtok),
+                       results_path=run_dir / "router" / "explore.jsonl",
                        on_episode=lambda _rec: bars.advance(bar))
     bars.remove(bar)
     explore_s = time.perf_counter() - t0

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -179,3 +179,16 @@ async def score_episode(traj: Trajectory, task: Task, judges: dict[str, str], *,
     latency = episode_latency(traj)
     reward = scalar_reward(verdict.correct, cost, latency, traj.tool_counts, task.pref, cost_scale, latency_scale)
     return verdict.correct, cost, latency, reward.value
+
+
+def episode_scorer(judges: dict[str, str], *, cost_scale: float = 0.01, latency_scale: float = 10.0,
+                   price_in: float = 0.0, price_out: float = 0.0
+                   ) -> Callable[[Trajectory, Task], Awaitable[tuple[bool, float, float, float]]]:
+    """`score_episode` with the run's judges, scales and the orchestrator's own token prices bound: what evaluation
+    and exploration (orchestra/eval/runner.py, orchestra/routing/explore.py) are given, so the core that plays the
+    episodes never imports reward/."""
+    async def score(traj: Trajectory, task: Task) -> tuple[bool, float, float, float]:
+        return await score_episode(traj, task, judges, cost_scale=cost_scale, latency_scale=latency_scale,
+                                   price_in=price_in, price_out=price_out)
+
+    return score

@@ -3,8 +3,9 @@ results file as they finish.
 
 The orchestrator (a checkpoint) and the untrained base policy are real engines, given by the caller; baselines
 are scripted (orchestra/eval/baselines.py). Seeds: seed k rebuilds the tools with zoo.seed + k (sim experts draw
-from it) and sets Sampling.seed. Scoring: reward/ judges, cost accounting and the per-episode `scalar` rubric under
-the episode's preference; an episode that ended in `error` counts as wrong, at $0, with reward 0. Each finished
+from it) and sets Sampling.seed. Scoring is the caller's `score(traj, task) -> (correct, $, seconds, reward)`:
+reward/score.py `episode_scorer` (judges, cost accounting and the per-episode `scalar` rubric under the episode's
+preference; an episode that ended in `error` counts as wrong, at $0, with reward 0), so the core imports no reward/. Each finished
 episode is appended to a JSONL file at once; a restart skips keys already there (resumable).
 Statistics and the report are orchestra/eval/stats.py and report.py; loading checkpoints, building tools and
 writing files is cluster/evaluate.py's job.
@@ -13,7 +14,7 @@ writing files is cluster/evaluate.py's job.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,10 @@ def load_done(path: str | Path | None) -> dict[str, dict[str, Any]]:
     return done
 
 
+# (trajectory, task) -> (correct, $, seconds, reward): reward/score.py episode_scorer
+Scorer = Callable[[Trajectory, Task], Awaitable[tuple[bool, float, float, float]]]
+
+
 class Evaluator:
     """Runs (policy, preference, seed, task) episodes concurrently and scores them.
 
@@ -58,8 +63,7 @@ class Evaluator:
     def __init__(self, tokenizer: Any, prompter: Prompter, tool_clients: dict[int, Any], eos_token_id: int, *,
                  engines: dict[str, Engine] | None = None, tier_cost: dict[str, float] | None = None,
                  experts: dict[str, Any] | None = None, agent_kwargs: dict[str, Any] | None = None,
-                 sampling: Sampling | None = None, judges: dict[str, str] | None = None, cost_scale: float = 0.01,
-                 latency_scale: float = 10.0, price_in: float = 0.0, price_out: float = 0.0, concurrency: int = 16,
+                 score: Scorer, sampling: Sampling | None = None, concurrency: int = 16,
                  results_path: str | Path | None = None, scripts: dict[str, list[str]] | None = None,
                  routers: dict[str, Callable[[Task], list[str]]] | None = None):
         self.tok, self.prompter, self.tool_clients, self.eos = tokenizer, prompter, tool_clients, eos_token_id
@@ -67,9 +71,7 @@ class Evaluator:
         self.tier_cost, self.experts = dict(tier_cost or {}), experts
         self.agent_kwargs = dict(agent_kwargs or {})
         self.sampling = sampling or Sampling(temperature=0.0)
-        self.judges = dict(judges or {"default": "exact"})
-        self.cost_scale, self.latency_scale = cost_scale, latency_scale
-        self.price_in, self.price_out = price_in, price_out  # the orchestrator's own tokens, $/Mtok
+        self.score = score
         self.concurrency = concurrency
         self.results_path = Path(results_path) if results_path else None
 
@@ -86,8 +88,6 @@ class Evaluator:
 
     async def _episode(self, policy: str, pref_name: str, pref: dict[str, float] | None, seed: int,
                        task: Task) -> dict[str, Any]:
-        from reward.score import score_episode  # reward/ loads judges (math-verify) on import: only when run
-
         if pref is not None:
             task = Task.from_dict({**task.to_dict(), "pref": dict(pref)})
         loop = AgentLoop(self._engine(policy, task, seed), self.tool_clients[seed], self.prompter,
@@ -96,9 +96,7 @@ class Evaluator:
         # numbers, i.e. one quantile of the policy rather than samples of it (policies share it: paired runs)
         sampling = Sampling(**{**self.sampling.__dict__, "seed": task_seed(seed, task.id)})
         traj: Trajectory = await loop.run(task, sampling, uid=f"{policy}-{pref_name}-{seed}-{task.id}")
-        correct, cost, latency, reward = await score_episode(
-            traj, task, self.judges, cost_scale=self.cost_scale, latency_scale=self.latency_scale,
-            price_in=self.price_in, price_out=self.price_out)
+        correct, cost, latency, reward = await self.score(traj, task)
         return {"policy": policy, "preference": pref_name, "seed": seed, "task_id": task.id,
                 "data_source": task.data_source, "family": task.meta.get("family"), "correct": bool(correct),
                 "reward": float(reward), "cost_usd": float(cost), "latency_s": float(latency),

@@ -14,22 +14,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestra.eval.runner import Evaluator
+from orchestra.eval.runner import Evaluator, Scorer
 from orchestra.routing.plans import Outcome, Plan
 from orchestra.types import Task
 
 
 def explore(tasks: list[Task], plans: list[Plan], tools: Any, tokenizer: Any, prompter: Any, eos_token_id: int, *,
-            agent_kwargs: dict[str, Any], judges: dict[str, str], cost_scale: float, latency_scale: float,
-            price_in: float = 0.0, price_out: float = 0.0, concurrency: int = 32,
+            agent_kwargs: dict[str, Any], score: Scorer, concurrency: int = 32,
             results_path: str | Path | None = None,
             on_episode: Callable[[dict[str, Any]], None] | None = None) -> list[Outcome]:
     """Outcome rows for every (task, plan), each task under its own preference (which does not change what a
     fixed plan does; the reward of any other vector is computed from the row)."""
     if not tasks or not plans:
         raise ValueError(f"exploration needs tasks and plans, got {len(tasks)} tasks and {len(plans)} plans")
-    ev = Evaluator(tokenizer, prompter, {0: tools}, eos_token_id, agent_kwargs=agent_kwargs, judges=judges,
-                   cost_scale=cost_scale, latency_scale=latency_scale, price_in=price_in, price_out=price_out,
+    ev = Evaluator(tokenizer, prompter, {0: tools}, eos_token_id, agent_kwargs=agent_kwargs, score=score,
                    concurrency=concurrency, results_path=results_path,
                    scripts={p.name: p.texts() for p in plans})
     records = asyncio.run(ev.run(tasks, [p.name for p in plans], {"own": None}, [0], on_episode=on_episode))

@@ -17,6 +17,7 @@ from orchestra.eval.report import quality_figures, write_report
 from orchestra.eval.runner import Evaluator
 from orchestra.eval.stats import frontier, mean_ci, on_frontier, summarize
 from orchestra.preferences import PRESETS
+from reward.score import episode_scorer
 from tests.helpers.fakes import ByteTokenizer, ScriptedEngine, call_text
 from tools.registry import tier_costs
 
@@ -126,7 +127,8 @@ def test_tiny_run_report_and_resume(sim_setup, tmp_path):
 
     def evaluator():
         return Evaluator(tok, Prompter(tok), clients, tok.eos_token_id, engines={"orchestrator": _orchestrator(tok)},
-                         tier_cost=tier_costs(zoo, zoo.tiers), agent_kwargs={"max_turns": 2}, results_path=results)
+                         tier_cost=tier_costs(zoo, zoo.tiers), agent_kwargs={"max_turns": 2}, results_path=results,
+                         score=episode_scorer({"default": "exact"}))
 
     prefs = {n: PRESETS[n] for n in ("balanced", "accuracy-first", "cost-first")}
     policies = ["orchestrator", "strongest", "cheapest", "random", "heuristic"]
@@ -183,7 +185,8 @@ def test_scripted_plans_run_on_every_task(sim_setup):
     zoo, tasks, clients = sim_setup
     tok = ByteTokenizer()
     plans = {"math-7b": [call_text("answer", model="answer-math-2")], "gpt-5": [call_text("answer", model="answer-1")]}
-    ev = Evaluator(tok, Prompter(tok), clients, tok.eos_token_id, scripts=plans, agent_kwargs={"max_turns": 2})
+    ev = Evaluator(tok, Prompter(tok), clients, tok.eos_token_id, scripts=plans, agent_kwargs={"max_turns": 2},
+                   score=episode_scorer({"default": "exact"}))
     recs = asyncio.run(ev.run(tasks, list(plans), {"balanced": None}, [0]))
     assert len(recs) == 2 * len(tasks) and all(r["termination"] == "answered" for r in recs)
     for r in recs:

@@ -17,6 +17,7 @@ from orchestra.routing.estimator import RouteEstimator, TaskFeatures
 from orchestra.routing.explore import explore
 from orchestra.routing.plans import enumerate_plans
 from orchestra.routing.router import EstimatorRouter, has_router
+from reward.score import episode_scorer
 from tests.helpers.fakes import ByteTokenizer
 
 
@@ -44,7 +45,7 @@ def test_exploration_plays_every_plan_on_every_task(setup):
     plans = enumerate_plans(tools.schemas(tasks[0]))
     assert len(plans) >= 4 and all(len(p.calls) == 1 and p.calls[0][0] == "answer" for p in plans)
     outcomes = explore(tasks, plans, tools, tok, Prompter(tok), tok.eos_token_id, agent_kwargs={"max_turns": 2},
-                       judges={"default": "exact"}, cost_scale=0.01, latency_scale=10.0)
+                       score=episode_scorer({"default": "exact"}, cost_scale=0.01, latency_scale=10.0))
     assert {(o.task_id, o.plan) for o in outcomes} == {(t.id, p.name) for t in tasks for p in plans}
     gpt5 = next(p.name for p in plans if zoo.tiers[p.name] == "gpt-5")
     cheap = next(p.name for p in plans if zoo.tiers[p.name] == "qwen2.5-math-7b")
@@ -57,7 +58,7 @@ def test_router_follows_each_preference_and_survives_save_and_load(setup, tmp_pa
     tok = ByteTokenizer()
     plans = enumerate_plans(tools.schemas(tasks[0]))
     outcomes = explore(tasks, plans, tools, tok, Prompter(tok), tok.eos_token_id, agent_kwargs={"max_turns": 2},
-                       judges={"default": "exact"}, cost_scale=0.01, latency_scale=10.0)
+                       score=episode_scorer({"default": "exact"}, cost_scale=0.01, latency_scale=10.0))
     features = TaskFeatures(family_embed)
     est = RouteEstimator(plans).fit(features(tasks), [t.id for t in tasks], outcomes)
     EstimatorRouter(est, features, 0.01, 10.0).save(tmp_path)
@@ -66,7 +67,7 @@ def test_router_follows_each_preference_and_survives_save_and_load(setup, tmp_pa
 
     prefs = {n: PRESETS[n] for n in ("balanced", "accuracy-first", "cost-first")}
     ev = Evaluator(tok, Prompter(tok), {0: tools}, tok.eos_token_id, routers={"estimator": router.script},
-                   agent_kwargs={"max_turns": 2})
+                   agent_kwargs={"max_turns": 2}, score=episode_scorer({"default": "exact"}))
     recs = asyncio.run(ev.run(tasks, ["estimator", "cheapest"], prefs, [0]))
     assert sum(r["policy"] == "estimator" for r in recs) == 3 * len(tasks)  # a router runs under every preset
     assert sum(r["policy"] == "cheapest" for r in recs) == len(tasks)
