@@ -1,14 +1,14 @@
 """The tree is the architecture: this test reads every module's imports (ast, lazy ones included) and fails on
 an import across the allowed layer edges, an import cycle between modules, a module over 600 lines, or `ray`
-imported outside actors/ and cluster/. Layers, bottom to top (a module may import its own layer and those below):
+imported outside actors/ and cluster/. Layers, bottom to top, as docs/architecture.md numbers them (a module may
+import its own layer and those below):
 
-  core          orchestra.{types, preferences, schema, jsonl, config, agent, engine, policy, data, rundir}
-  tools         tools.*          } side by side: neither imports the other
-  reward        reward.*         }
-  integrations  orchestra.eval, orchestra.routing   (may use core, tools and reward)
-  actors        actors.*
-  cluster       cluster.*
-  bench         bench/*.py
+  1 core     orchestra.*      (types, config, agent, engine, policy, data, rundir, eval, routing: no tools, no reward)
+  2 tools    tools.*          } side by side: neither imports the other
+  2 reward   reward.*         }
+  3 actors   actors.*
+  4 cluster  cluster.*
+  5 bench    bench/*.py
 tests/ may import anything. Why: the core runs inside verl's workers, Serve replicas and tests without Ray or
 tools; a lazy import is still a dependency (it only moves the failure to run time).
 """
@@ -23,13 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("orchestra", "tools", "reward", "actors", "cluster", "bench")
 MAX_LINES = 600
 RAY_ALLOWED = ("actors", "cluster", "bench")
-INTEGRATIONS = ("orchestra.eval", "orchestra.routing")
-LAYERS = {"core": 0, "tools": 1, "reward": 1, "integrations": 2, "actors": 3, "cluster": 4, "bench": 5}
+LAYERS = {"core": 1, "tools": 2, "reward": 2, "actors": 3, "cluster": 4, "bench": 5}
 
 
 def layer_of(module: str) -> str:
-    if any(module == p or module.startswith(p + ".") for p in INTEGRATIONS):
-        return "integrations"
     top = module.split(".")[0]
     return "core" if top == "orchestra" else top
 
