@@ -119,13 +119,15 @@ def source(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = dict(DEFAULTS)
-    for item in (sys.argv[1:] if argv is None else argv):
-        key, sep, value = item.partition("=")
-        if not sep or key not in DEFAULTS:
-            print(f"unknown argument {item!r}; use {', '.join(f'{k}=...' for k in DEFAULTS)}", file=sys.stderr)
-            return 2
-        args[key] = value
+    from orchestra.config import ConfigError
+    from orchestra.config.cli import parse_cli
+
+    try:
+        args = {**DEFAULTS, **parse_cli(list(sys.argv[1:] if argv is None else argv), "cluster.demo", own=DEFAULTS,
+                                         overrides=False).own}
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 2
     presets = [p.strip() for p in args["presets"].split(",") if p.strip()]
     if not presets:
         print("presets= names no preset; e.g. presets=accuracy-first,cost-first", file=sys.stderr)

@@ -40,20 +40,17 @@ from typing import Any
 from cluster.eval_policies import all_failed, estimator_router, policy_engines, policy_tokenizer
 from cluster.runs import newest_run
 from cluster.tau2_eval import run_tau2
-from orchestra.config import task_tiers
+from orchestra.config import ConfigError, task_tiers
+from orchestra.config.cli import parse_cli
 
 OWN = ("checkpoint", "base", "dataset", "n", "preference", "seeds", "baselines", "out", "concurrency",
        "tool_servers", "estimator")
 
 
 def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
-    own, rest = {}, []
-    for item in argv:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"argument {item!r} is not key=value")
-        (own.__setitem__(key, value) if key in OWN else rest.append(item))
-    return own, rest
+    """(this entry point's own keys, config overrides): orchestra/config/cli.py's grammar."""
+    cli = parse_cli(argv, "cluster.evaluate", own=OWN)
+    return cli.own, cli.overrides
 
 
 def heldout_tasks(cfg: Any, dataset: str, n: int) -> tuple[list, list]:
@@ -149,8 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     from orchestra.eval.report import write_report
     from orchestra.eval.tool_bands import catalogue_ids
 
-    own, overrides = split_args(list(sys.argv[1:] if argv is None else argv))
-    cfg = load_config(overrides)
+    try:
+        own, overrides = split_args(list(sys.argv[1:] if argv is None else argv))
+        cfg = load_config(overrides)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
     if (own.get("dataset") or cfg.data.source).split(":")[0] == "tau2":
         run_tau2(cfg, own, overrides)
         return 0

@@ -17,13 +17,11 @@ from typing import Any
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:
-    out = {}
-    for item in argv:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"argument {item!r} is not key=value")
-        out[key] = value
-    return out
+    """Every argument is this entry point's own key=value (orchestra/config/cli.py's grammar)."""
+    from orchestra.config.cli import Cli, parse_cli
+
+    cli: Cli = parse_cli(argv, "cluster.synth", own={a.partition("=")[0] for a in argv}, overrides=False)
+    return cli.own
 
 
 def _list(value: str) -> list[str]:

@@ -17,13 +17,14 @@ from __future__ import annotations
 import sys
 
 from orchestra.config import ConfigError, load_config, to_yaml
+from orchestra.config.cli import parse_cli
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    print_only = "--print-config" in argv
-    overrides = [a for a in argv if a != "--print-config"]
     try:
+        cli = parse_cli(argv, "cluster.train", flags=("--print-config",))
+        print_only, overrides = "--print-config" in cli.flags, cli.overrides
         cfg = load_config(overrides)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)

@@ -48,6 +48,7 @@ from cluster.verl_config import (
 )
 from cluster.verl_stage import export_hf, stage, warm_start_stage
 from orchestra.config import ConfigError, ExperimentConfig, load_config
+from orchestra.config.cli import parse_cli
 from reward.rubric import rubric_of
 
 RUNTIME_ENV = ROOT / "cluster" / "runtime_env.yaml"
@@ -225,13 +226,9 @@ def _submit(cfg: ExperimentConfig, overrides: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    flags = {a for a in argv if a in FLAGS}
-    unknown = [a for a in argv if a.startswith("--") and a not in FLAGS]
-    if unknown:
-        print(f"unknown flag(s) {unknown}; known: {list(FLAGS)}", file=sys.stderr)
-        return 2
-    overrides = [a for a in argv if a not in FLAGS]
     try:
+        cli = parse_cli(argv, "cluster.verl_job", flags=FLAGS)
+        flags, overrides = cli.flags, cli.overrides
         cfg = load_config(overrides)
         if cfg.backend != "verl":
             raise ConfigError(f"backend: cluster.verl_job needs backend=verl, got {cfg.backend!r}")

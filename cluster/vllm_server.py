@@ -158,8 +158,16 @@ def parse(argv: list[str]) -> VLLMServerConfig:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from orchestra.config import ConfigError
+    from orchestra.config.cli import parse_cli
+
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(VLLMServerConfig), OmegaConf.from_dotlist(argv))
+        own = parse_cli(argv, "vllm_server", own=[f.name for f in fields(VLLMServerConfig)], overrides=False).own
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(VLLMServerConfig), OmegaConf.from_dotlist(
+            [f"{k}={v}" for k, v in own.items()]))
         return OmegaConf.to_object(cfg)  # type: ignore[return-value]
     except OmegaConfBaseException as e:
         raise SystemExit(f"vllm_server: {e.msg} (key: {getattr(e, 'full_key', '?')})") from None
@@ -172,9 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     if any(a in ("-h", "--help") for a in args):
         print(usage)
         return
-    bad = [a for a in args if "=" not in a]
-    if bad or not args:
-        raise SystemExit(f"{usage}\nnot key=value: {bad}" if bad else usage)
+    if not args:
+        raise SystemExit(usage)
     cfg = parse(args)
     if not cfg.checkpoint:
         raise SystemExit("vllm_server: checkpoint= is required (a run dir, checkpoint dir or HF dir)")
