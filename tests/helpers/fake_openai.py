@@ -26,12 +26,7 @@ class FakeOpenAI:
                            "choices": [{"index": 0, "finish_reason": "stop",
                                         "message": {"role": "assistant", "content": text}}],
                            "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, 200, payload)
 
             def log_message(self, *args):
                 pass
@@ -50,3 +45,13 @@ class FakeOpenAI:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, payload: dict) -> None:
+    """Answer an http.server request with a JSON body (the fake servers' one response path)."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

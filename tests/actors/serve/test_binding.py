@@ -269,18 +269,24 @@ async def test_50_concurrent_requests_through_bound_experts_have_no_errors(log_d
                                                                      == "391" for r in rs)
 
 
+def capped_call(log_dir, servers, tmp_path):
+    """(config bound to the fake servers, one `answer` call to the mini tier, its context, its $ bound)."""
+    from tools.registry import build_tools
+
+    cfg = bind_experts(load_config([f"experiment={log_dir / 'experiment.yaml'}"]),
+                       write_binding(tmp_path / "experts.yaml", servers, key_env=""))
+    task = Task(id="cap", problem="What is 17 * 23?", answer="", tools=["answer"], model_mapping=task_tiers(cfg))
+    ctx, call = ToolContext(task=task), ToolCall(name="answer", arguments={"model": mini_tier(log_dir)})
+    return cfg, call, ctx, build_tools(cfg.zoo, ["answer"])["answer"].cost_bound(call.arguments, ctx)
+
+
 async def test_the_run_spend_cap_holds_for_bound_experts(ray_cluster, log_dir, servers, tmp_path):
     """zoo.spend_cap_usd (the spend ledger of tool-server actors): reserved at the call's bound, settled at the $
     the server's usage says; no key here (Ray workers keep the environment they started with)."""
     from actors.tool_server import RayToolClient, make_tool_servers
-    from tools.registry import build_tools, zoo_dict
+    from tools.registry import zoo_dict
 
-    tier = mini_tier(log_dir)
-    cfg = bind_experts(load_config([f"experiment={log_dir / 'experiment.yaml'}"]),
-                       write_binding(tmp_path / "experts.yaml", servers, key_env=""))
-    task = Task(id="cap", problem="What is 17 * 23?", answer="", tools=["answer"], model_mapping=task_tiers(cfg))
-    ctx, call = ToolContext(task=task), ToolCall(name="answer", arguments={"model": tier})
-    bound = build_tools(cfg.zoo, ["answer"])["answer"].cost_bound(call.arguments, ctx)
+    cfg, call, ctx, bound = capped_call(log_dir, servers, tmp_path)
     zoo = {**zoo_dict(cfg.zoo), "spend_cap_usd": bound + MINI_COST / 2}  # room for one call, not two
     handles, ledger = make_tool_servers(zoo, ["answer"], name_suffix=f"-binding-{os.getpid()}")
     try:
@@ -302,14 +308,8 @@ async def test_served_tool_servers_share_one_spend_ledger(ray_cluster, log_dir, 
 
     from actors.serve.wiring import TOOL_NAMESPACE, tool_server_handles
     from actors.tool_server import RayToolClient
-    from tools.registry import build_tools
 
-    tier = mini_tier(log_dir)
-    cfg = bind_experts(load_config([f"experiment={log_dir / 'experiment.yaml'}"]),
-                       write_binding(tmp_path / "experts.yaml", servers, key_env=""))
-    task = Task(id="cap", problem="What is 17 * 23?", answer="", tools=["answer"], model_mapping=task_tiers(cfg))
-    ctx, call = ToolContext(task=task), ToolCall(name="answer", arguments={"model": tier})
-    bound = build_tools(cfg.zoo, ["answer"])["answer"].cost_bound(call.arguments, ctx)
+    cfg, call, ctx, bound = capped_call(log_dir, servers, tmp_path)
     zoo = replace(cfg.zoo, spend_cap_usd=bound + MINI_COST / 2)
     a, b = tool_server_handles(zoo, ["answer"]), tool_server_handles(zoo, ["answer"])  # two replicas
     try:

@@ -14,6 +14,7 @@ import torch
 from orchestra.engine import Sampling
 from orchestra.engine.remote import RemoteEngine, RemoteEngineError
 from orchestra.engine.vllm_ext import retie_output_layer
+from tests.helpers.fake_openai import send_json
 
 
 class FakeVLLM:
@@ -34,12 +35,7 @@ class FakeVLLM:
                     status, payload = 200, {"results": ["tied"]} if self.path == "/collective_rpc" else {}
                 else:
                     status, payload = 404, {"detail": "Not Found"}
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, payload)
 
             def log_message(self, *args):
                 pass
