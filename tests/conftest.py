@@ -20,11 +20,23 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 SHARED_DATA = Path(os.environ.get("ORCHESTRA_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
+NO_SHARED_DATA = (f"shared data not found at {SHARED_DATA}: the data-backed tests read public benchmark files and "
+                  "recordings (where to get each: docs/data.md, 'Shared benchmark files and recordings'); put them "
+                  "there or set ORCHESTRA_SHARED_DATA=<dir>")
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA} (set ORCHESTRA_SHARED_DATA)")
+        pytest.skip(NO_SHARED_DATA)
     return SHARED_DATA
+
+
+def _shared_data_summary(terminalreporter) -> None:
+    """Said once at the end, not only in -rs output: how many data-backed tests did not run, and how to run them."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if NO_SHARED_DATA in str(r.longrepr)]
+    if skipped:
+        terminalreporter.write_line(f"{len(skipped)} data-backed tests skipped: {NO_SHARED_DATA}", yellow=True)
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +69,7 @@ def chaos_record():
 
 
 def pytest_terminal_summary(terminalreporter):
+    _shared_data_summary(terminalreporter)
     if not CHAOS:
         return
     tr = terminalreporter
