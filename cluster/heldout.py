@@ -7,7 +7,12 @@ episode's seed depends on (task, k) only, not on the evaluation's tag or the pre
 and after RL draw the same random numbers (common random numbers: less noise in the gain they measure).
 The summary's `score` is the mean over the presets of their mean scores; `by_pref` holds each preset's own
 figures, and `pref_spread` / `monotone` say whether $ follows the cost weight (accuracy-first $ ÷ cost-first $;
-$ falling strictly along accuracy-first, balanced, cost-first). When to evaluate is cluster/trainer.py's business.
+$ falling strictly along accuracy-first, balanced, cost-first). The presets are *trained* vectors (the warm start
+labels under them, RL pairs them): those figures say how the policy treats held-out tasks under vectors it was
+taught. With `eval.sweep` the held-out tasks are also played under the adherence sweep, vectors no training used
+(`unseen_sweep` checks that against every vector of the run: the tasks' own, the teacher's fixed and sampled ones,
+the RL pairing's), and `sweep_summary` gives its `adherence` (−Spearman of cost weight and $) and points.
+When to evaluate is cluster/trainer.py's business.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from statistics import mean
 from typing import Any
 
 from actors.rollout_worker import EpisodeResult
-from orchestra.preferences import COST_ORDER, preset
+from orchestra.eval.adherence import PREFIX, check_unseen, sweep_points, sweep_preferences
+from orchestra.eval.adherence import adherence as adherence_of
+from orchestra.preferences import COST_ORDER, paired_preferences, parse_pairs, preset
 from orchestra.rundir.records import episode_seed, score_kwargs
-from orchestra.types import Task
+from orchestra.types import Preference, Task
 from reward.score import Scored, score_group
 
 
@@ -29,16 +36,18 @@ def presets(cfg: Any) -> list[str]:
     return list(cfg.eval.presets) or [cfg.eval.preference]
 
 
-def requests(tasks: list[Task], seed: int, seeds: int, tag: str, prefs: list[str] | None = None
-             ) -> list[dict[str, Any]]:
+def requests(tasks: list[Task], seed: int, seeds: int, tag: str, prefs: list[str] | None = None,
+             vectors: dict[str, Preference] | None = None) -> list[dict[str, Any]]:
     """One request per (preset, k, task), a group of one each, seeded by (run seed, task, k). Without `prefs`
-    each task keeps its own preference (and the ids their old, preset-free form)."""
+    each task keeps its own preference (and the ids their old, preset-free form); `vectors` gives named vectors
+    other than presets (the sweep)."""
     out = []
+    vectors = vectors or {}
     for name in prefs or [""]:
         pre = f"{name}-" if name else ""
         for k in range(seeds):
             for t in tasks:
-                task = {**t.to_dict(), "pref": preset(name)} if name else t.to_dict()
+                task = {**t.to_dict(), "pref": dict(vectors.get(name) or preset(name))} if name else t.to_dict()
                 out.append({"task": task, "uid": f"eval-{tag}-{pre}{t.id}-{k}", "group_size": 1,
                             "seed": episode_seed(seed, "eval", t.id, k), "episode_id": f"eval-{tag}-{pre}{t.id}-{k}"})
     return out
@@ -89,6 +98,42 @@ def adherence(by_pref: dict[str, dict[str, Any]]) -> dict[str, float]:
     return {"pref_spread": spread, "monotone": float(all(a > b for a, b in zip(costs, costs[1:])))}
 
 
+def training_vectors(cfg: Any, train: list[Task]) -> list[Preference]:
+    """Every vector the run trains on (a superset: the teacher's draws for every training task, the pairing's
+    for every task and step): the tasks' own, the teacher's fixed and sampled ones, the RL pairing's."""
+    from orchestra.routing.teacher import label_vectors
+
+    s = cfg.sft
+    out = [t.pref for t in train]
+    if s.teacher == "expected_value":
+        out += [v for t in train for v in label_vectors(t, s.vectors_sampled, cfg.seed, s.vectors, s.sample_cost,
+                                                        s.sample_latency, s.sample_latency_zero)]
+    if cfg.data.preference_pairs:
+        k, fixed = parse_pairs(cfg.data.preference_pairs)
+        out += fixed
+        if k:
+            out += [v for step in range(-1, cfg.algo.steps + 1) for t in train
+                    for v in paired_preferences(cfg.data.preference_pairs, t.id, step, cfg.seed, list(t.model_mapping))]
+    return out
+
+
+def unseen_sweep(cfg: Any, train: list[Task]) -> dict[str, Preference]:
+    """The adherence sweep's named vectors, after checking that none is a vector the run trained on (ValueError)."""
+    check_unseen(training_vectors(cfg, train))
+    return sweep_preferences()
+
+
+def sweep_summary(results: list[EpisodeResult], scored: list[Scored], requests: list[dict[str, Any]]
+                  ) -> dict[str, Any]:
+    """The sweep's points (cost weight, mean $, accuracy) and `adherence` (orchestra/eval/adherence.py)."""
+    weight = {q["uid"]: q["task"]["pref"]["cost"] for q in requests}
+    records = [{"policy": "orchestrator", "preference": f"{PREFIX}{weight[r.uid]:g}", "cost_usd": s.cost_usd,
+                "correct": s.correct} for r, s in zip(results, scored, strict=True)]
+    points = sweep_points(records, "orchestrator")
+    return {"adherence": adherence_of(points), "points": [{"cost_weight": w, "cost_usd": c, "accuracy": a}
+                                                          for w, c, a in points]}
+
+
 def _summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task]) -> dict[str, Any]:
     by_id = {t.id: t for t in tasks}
     trajs = [r.traj for r in results]
@@ -112,10 +157,10 @@ def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, token
     process, scored as the policy's are; {} when the run has no router."""
     from orchestra.agent.prompt import Prompter
     from orchestra.eval.runner import Evaluator
-    from reward.score import episode_scorer
     from orchestra.eval.stats import summarize
     from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.routing.router import EstimatorRouter, has_router
+    from reward.score import episode_scorer
     from tools.retrieval.dense import embed_texts
 
     if not has_router(run_dir):

@@ -55,10 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# The run's figures (DESIGN.md "Benchmarks"): the gain is the mean over the held-out presets; spread, monotone
-# and the estimator router's margin are there when the held-out tasks were scored under the cost-ordered presets.
+# The run's figures (DESIGN.md "Benchmarks"). `heldout_*`: held-out tasks. All but the last of them are taken under
+# the eval presets, which are *trained* vectors (the warm start labels under them, RL pairs them): the gain is the
+# mean over those presets; spread, monotone and the estimator router's margin are there when they are the
+# cost-ordered presets. `heldout_unseen_adherence` (with eval.sweep) is taken under the adherence sweep, vectors
+# no training used (checked: cluster/heldout.unseen_sweep).
 RESULTS = ("heldout_reward_gain", "heldout_pref_spread", "heldout_monotone", "heldout_format_ok",
-           "heldout_vs_estimator", "train_wall_s")
+           "heldout_vs_estimator", "heldout_unseen_adherence", "train_wall_s")
 
 
 def result_lines(summary: dict) -> list[str]:

@@ -47,10 +47,10 @@ from orchestra.preferences import preset
 from orchestra.rundir import checkpoint
 from orchestra.rundir.records import episode_seed
 from orchestra.rundir.tracking import Tracker
-from tools.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ² (task source, judge)
 from orchestra.types import TrainSample
 from reward.advantages import balance_by_key
 from reward.score import Scored
+from tools.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ² (task source, judge)
 
 
 class Trainer:
@@ -124,6 +124,8 @@ class Trainer:
             step += 1
         with self.phases("eval"):
             summary["after_rl"] = self.evaluate("final")
+            if c.eval.sweep:  # held-out tasks under vectors no training used (checked)
+                summary["unseen_sweep"] = self.evaluate("sweep", heldout.unseen_sweep(c, self.train))
             summary["router"] = self.evaluate_router()
         self.tracker.log(c.algo.steps, {"heldout": summary["after_rl"]}, kind="eval")
         return self._finish(summary)
@@ -210,18 +212,22 @@ class Trainer:
         return int(meta["step"]), dict(meta.get("summary", {}))
 
     # ------------------------------------------------------------------ phases run by fit and step
-    def evaluate(self, tag: str) -> dict[str, Any]:
-        """Held-out score: the mean `scalar` rubric value under each eval preset (cluster/heldout.py)."""
+    def evaluate(self, tag: str, vectors: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Held-out score: the mean `scalar` rubric value under each eval preset (cluster/heldout.py); with
+        `vectors` (the adherence sweep) the sweep's points and adherence instead."""
         tasks = self.heldout[: self.cfg.eval.n_tasks]
         self.sync_weights(only_stale=True)  # a worker restarted since the last sync holds its initial weights
-        prefs = heldout.presets(self.cfg)
-        requests = heldout.requests(tasks, self.cfg.seed, self.cfg.eval.seeds, tag, prefs if len(prefs) > 1 else None)
+        prefs = list(vectors) if vectors else heldout.presets(self.cfg)
+        requests = heldout.requests(tasks, self.cfg.seed, self.cfg.eval.seeds, tag,
+                                    prefs if vectors or len(prefs) > 1 else None, vectors)
         self.records.keep_weights(self.learner)
         bar = self.bars.add(f"eval {tag}", len(requests))
         results = self.rollout(requests, eval_mode=True, bar=bar)
         self.bars.remove(bar)
         scored = heldout.score(results, requests, self.cfg)
         self.records.write(f"eval_{tag}", "eval", -1, requests, results, scored, self._sampling(True))
+        if vectors:
+            return heldout.sweep_summary(results, scored, requests)
         out = heldout.summary(results, scored, tasks, requests, prefs)
         dashboard.record("heldout_score", out["score"], stage=tag)
         return out
@@ -285,6 +291,11 @@ class Trainer:
                 summary[f"heldout_{key}"] = rl[key]
         if summary.get("router"):
             summary["heldout_vs_estimator"] = rl["score"] - summary["router"]["score"]
+        if summary.get("unseen_sweep"):
+            summary["heldout_unseen_adherence"] = summary["unseen_sweep"]["adherence"]
+            self.console.print("held-out, unseen sweep (cost weight: ¢, accuracy): " + ", ".join(
+                f"{p['cost_weight']:g}: {100 * p['cost_usd']:.4f}, {p['accuracy']:.3f}"
+                for p in summary["unseen_sweep"]["points"]) + f"; adherence {summary['heldout_unseen_adherence']:.2f}")
         summary["train_wall_s"] = time.perf_counter() - self.started
         summary["engines"] = self._engine_report()
         (self.dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))

@@ -75,10 +75,10 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     from orchestra.agent.prompt import Prompter
     from orchestra.routing.estimator import RouteEstimator, TaskFeatures
     from orchestra.routing.explore import explore
-    from reward.score import episode_scorer
     from orchestra.routing.plans import enumerate_plans
     from orchestra.routing.router import EstimatorRouter
     from orchestra.routing.teacher import cross_fitted, teacher_labels
+    from reward.score import episode_scorer
     from tools.retrieval.dense import embed_texts
 
     c, r, rc = cfg, cfg.reward, cfg.router
@@ -104,7 +104,8 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                     ).save(run_dir)
     expected = cross_fitted(X, ids, outcomes, plans, folds=rc.folds, seed=c.seed, C=rc.C, alpha=rc.alpha)
     labels = teacher_labels(tasks, expected, plans, c.sft.vectors_sampled, c.seed, r.cost_scale, r.latency_scale,
-                            fixed=c.sft.vectors)
+                            fixed=c.sft.vectors, sample_cost=c.sft.sample_cost, sample_latency=c.sft.sample_latency,
+                            latency_zero=c.sft.sample_latency_zero)
     mix: dict[str, Counter] = {}
     per_task = len(c.sft.vectors) + c.sft.vectors_sampled
     for i, lab in enumerate(labels):  # each task's labels: the fixed vectors in order, then the sampled ones

@@ -21,12 +21,19 @@ policy learns to read P from the prompt rather than one fixed trade-off). Our ch
 - with probability `tool_prob` (0.3) one or two tool ids get a weight in ±U[0.2, 0.6]: a user who likes
   (+) or avoids (-) a tool, as the paper's preference-aware reward counts tool use per id.
 Weights are rounded to 2 decimals so prompts stay short and stable.
+
+The expected-value teacher can instead draw vectors over a range (`sample_range`: accuracy 1, the cost weight
+log-uniform, latency zero or log-uniform), which it labels for any vector; a small policy reads such vectors in
+bins (orchestra/agent/prompt.py `preference_text`). The adherence sweep (`SWEEP_COSTS`, scored by
+orchestra/eval/adherence.py) is defined here too, so that training can keep clear of it: `check_disjoint` raises
+when a training vector is a sweep vector, and `sample_range` redraws any draw that lands on one.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from orchestra.types import Preference, check_preference
 
@@ -80,6 +87,56 @@ def sample_preference(rng: random.Random, tool_ids: Sequence[str] = (), preset_p
         for tool in rng.sample(sorted(tool_ids), k=min(len(tool_ids), rng.choice((1, 2)))):
             pref[f"tool:{tool}"] = round(rng.choice((-1, 1)) * rng.uniform(0.2, 0.6), 2)
     return check_preference(pref)
+
+
+# The adherence sweep: accuracy 1, latency 0, the cost weight per half decade (where the expected-value labels'
+# mean $ roughly halves per point on the simulated zoo). No preset is on it; sampled training vectors avoid it.
+SWEEP_COSTS = (0.03, 0.1, 0.3, 1.0, 3.0)
+SWEEP_PREFIX = "sweep:cost="
+
+
+def sweep_vectors(weights: Sequence[float] = SWEEP_COSTS) -> dict[str, Preference]:
+    """Named vectors of the sweep (the names carry the weight: `sweep:cost=0.03`, ...)."""
+    return {f"{SWEEP_PREFIX}{w:g}": {"accuracy": 1.0, "cost": float(w), "latency": 0.0} for w in weights}
+
+
+def _key(pref: Preference) -> tuple[tuple[str, float], ...]:
+    """A vector as a comparable key: features at weight 0 and absent ones are the same, weights to 1e-9."""
+    return tuple(sorted((k, round(float(v), 9)) for k, v in pref.items() if round(float(v), 9) != 0))
+
+
+def is_among(pref: Preference, vectors: Iterable[Preference]) -> bool:
+    """Whether `pref` is one of `vectors` (absent features count as 0)."""
+    return _key(pref) in {_key(v) for v in vectors}
+
+
+def check_disjoint(sweep: Iterable[Preference], training: Iterable[Preference], what: str = "training") -> None:
+    """Raise ValueError naming the first sweep vector that is also a `what` vector: a figure over the sweep must
+    measure vectors the policy was never trained on."""
+    seen = {_key(p) for p in training}
+    for p in sweep:
+        if _key(p) in seen:
+            raise ValueError(f"the adherence sweep's vector {dict(p)} is also a {what} vector; the sweep must hold "
+                             "only vectors no training used")
+
+
+def _sig(x: float, digits: int = 3) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def sample_range(rng: random.Random, cost: Sequence[float], latency: Sequence[float], latency_zero: float = 0.5,
+                 avoid: Iterable[Preference] = ()) -> Preference:
+    """One vector over a range: accuracy 1, cost log-uniform in [cost[0], cost[1]], latency 0 with probability
+    `latency_zero` else log-uniform in [latency[0], latency[1]] (3 significant digits). A draw equal to a vector
+    of `avoid` (the adherence sweep) is drawn again, so the sweep stays unseen in training."""
+    avoid = list(avoid)
+    for _ in range(100):
+        pref = {"accuracy": 1.0, "cost": _sig(math.exp(rng.uniform(math.log(cost[0]), math.log(cost[1])))),
+                "latency": 0.0 if rng.random() < latency_zero else
+                _sig(math.exp(rng.uniform(math.log(latency[0]), math.log(latency[1]))))}
+        if not is_among(pref, avoid):
+            return pref
+    raise ValueError(f"sampling cost in {list(cost)}, latency in {list(latency)} hit the avoided vectors 100 times")
 
 
 def parse_pairs(spec: str) -> tuple[int, list[Preference]]:

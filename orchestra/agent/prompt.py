@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from orchestra.agent import toolorchestra_format
@@ -52,34 +53,47 @@ class ChatTokenizer(Protocol):
 
 
 # A weight relative to accuracy's, in one word (the ratio's upper bounds): five levels, so the cost weights a
-# user is likely to try (0.05, 0.2, 0.5, 1, 2 with accuracy 1) each read differently.
+# user is likely to try (0.05, 0.2, 0.5, 1, 2 with accuracy 1) each read differently. `agent.preference_levels`
+# moves the four bounds (the words stay); cpu_tiny puts them at half decades (0.056, 0.178, 0.56, 1.78) so that
+# each point of the adherence sweep (0.03 ... 3) reads as its own word.
 LEVELS = ((0.0, "none"), (0.1, "minimal"), (0.35, "low"), (0.75, "medium"), (1.5, "high"))
+LEVEL_WORDS = ("minimal", "low", "medium", "high", "top")  # one BPE token each in the tiny tokenizer
 
 
-def level(weight: float, accuracy: float) -> str:
+def level(weight: float, accuracy: float, bounds: Sequence[float] = ()) -> str:
+    """The weight's bin word: `none` at 0, then one of LEVEL_WORDS by the ratio weight ÷ accuracy against the
+    four upper `bounds` (default: LEVELS')."""
     r = weight / accuracy if accuracy > 0 else weight
     if r <= 0:
         return "none"
-    return next((word for bound, word in LEVELS[1:] if r < bound), "top")
+    bounds = tuple(bounds) or tuple(b for b, _ in LEVELS[1:])
+    return next((word for bound, word in zip(bounds, LEVEL_WORDS, strict=False) if r < bound), LEVEL_WORDS[-1])
 
 
-def preference_words(pref: Preference) -> str:
+def preference_words(pref: Preference, bounds: Sequence[float] = ()) -> str:
     """"Priorities: cost high, latency low, avoids answer-1." — the vector as words (cost and latency relative to
     accuracy, tool likes and dislikes by sign)."""
     acc = pref.get("accuracy", 0.0)
-    parts = [f"{k} {level(pref.get(k, 0.0), acc)}" for k in ("cost", "latency")]
+    parts = [f"{k} {level(pref.get(k, 0.0), acc, bounds)}" for k in ("cost", "latency")]
     parts += [f"{'likes' if v > 0 else 'avoids'} {k[5:]}" for k, v in sorted(pref.items())
               if k.startswith("tool:") and v != 0]
     return "Priorities: " + ", ".join(parts) + "."
 
 
-def preference_text(pref: Preference, words: bool = False) -> str:
+def preference_text(pref: Preference, words: bool = False, numbers: bool = True, bounds: Sequence[float] = ()
+                    ) -> str:
+    """The preference as the policy reads it, the one rendering for training, evaluation and Serve (Prompter):
+    the weights as numbers, then (`words`) in bin words. Without `numbers` only the words are shown, so every
+    vector in a bin reads alike: what the tiny policy is trained on (a 1M-parameter model reads digits poorly;
+    docs/benchmarks.md, "Quality: preferences never shown"). Larger policies may keep the numbers."""
     if not pref:
         return "User preference: accuracy first."
+    if not numbers:
+        return preference_words(pref, bounds)
     parts = [f"{k} {v:g}" for k, v in sorted(pref.items())]
     # Weights: higher = matters more; a negative tool weight = avoid that tool.
     text = "Preference weights: " + ", ".join(parts) + "."
-    return f"{text} {preference_words(pref)}" if words else text
+    return f"{text} {preference_words(pref, bounds)}" if words else text
 
 
 def _fit(items: list[str], budget: int, label: str) -> str:
@@ -103,7 +117,8 @@ def _fit(items: list[str], budget: int, label: str) -> str:
 class Prompter:
     def __init__(self, tokenizer: ChatTokenizer, system_prompt: str = "", doc_chars: int = 1200,
                  code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500,
-                 preference_words: bool = False, prompt_format: str = "orchestra"):
+                 preference_words: bool = False, prompt_format: str = "orchestra", preference_numbers: bool = True,
+                 preference_levels: Sequence[float] = ()):
         self.tok = tokenizer
         # another model's trained layout (None: ours); the budgets above are ours and unused by it
         self.format = None if prompt_format == "orchestra" else toolorchestra_format.variant(prompt_format)
@@ -111,6 +126,7 @@ class Prompter:
         self.doc_chars, self.code_chars, self.attempt_chars = doc_chars, code_chars, attempt_chars
         self.max_observation_chars = max_observation_chars
         self.preference_words = preference_words
+        self.preference_numbers, self.preference_levels = preference_numbers, tuple(preference_levels)
         self._prefix_cache: dict[tuple[str, str], tuple[str, list[int]]] = {}
 
     # ------------------------------------------------------------ messages
@@ -129,13 +145,16 @@ class Prompter:
             body = _fit(items, budget, title.split()[-1].rstrip("s").capitalize())
             if body:
                 sections.append(f"{title}:\n{body}")
-        sections.append(preference_text(task.pref, self.preference_words))
+        sections.append(self.preference(task))
         return {"role": "user", "content": "\n\n".join(sections)}
+
+    def preference(self, task: Task) -> str:
+        return preference_text(task.pref, self.preference_words, self.preference_numbers, self.preference_levels)
 
     def first_messages(self, task: Task) -> list[dict[str, Any]]:
         if self.format:  # its first turn, the same in either context mode
             return [self.system(task), self.reprompt_user(task, [], [], [])]
-        return [self.system(task), {"role": "user", "content": f"{task.problem}\n\n{preference_text(task.pref, self.preference_words)}"}]
+        return [self.system(task), {"role": "user", "content": f"{task.problem}\n\n{self.preference(task)}"}]
 
     def observation(self, text: str) -> str:
         cap = self.max_observation_chars

@@ -97,6 +97,35 @@ def validate(cfg: ExperimentConfig) -> None:
     for tier, expert in (cfg.data.tiers or {}).items():
         need(expert in cfg.zoo.experts, f"data.tiers.{tier}", f"names unknown expert {expert!r} of zoo "
              f"{cfg.zoo.name!r} (data.tiers=null offers the zoo's own tiers)")
+    check_preference_sampling(cfg, need)
+
+
+def check_preference_sampling(cfg: ExperimentConfig, need) -> None:
+    """The teacher's sampled range, the preference's rendering in bins, and that no fixed training vector is one
+    of the adherence sweep's (figures over the sweep measure vectors no training used)."""
+    from orchestra.preferences import check_disjoint, parse_pairs, sweep_vectors
+
+    s, a = cfg.sft, cfg.agent
+    need(not s.sample_cost or (len(s.sample_cost) == 2 and 0 < s.sample_cost[0] <= s.sample_cost[1]), "sft.sample_cost",
+         f"must be empty (the training sampler) or [lo, hi] with 0 < lo <= hi, got {list(s.sample_cost)}")
+    need(len(s.sample_latency) == 2 and 0 < s.sample_latency[0] <= s.sample_latency[1], "sft.sample_latency",
+         f"must be [lo, hi] with 0 < lo <= hi, got {list(s.sample_latency)}")
+    need(0.0 <= s.sample_latency_zero <= 1.0, "sft.sample_latency_zero", "must be in [0, 1]")
+    levels = list(a.preference_levels)
+    need(not levels or (len(levels) == 4 and levels[0] > 0 and all(x < y for x, y in zip(levels, levels[1:]))),
+         "agent.preference_levels", f"must be empty or four rising bounds > 0 (minimal, low, medium, high), got {levels}")
+    need(a.preference_numbers or a.preference_words, "agent.preference_numbers",
+         "false shows the preference only in words: set agent.preference_words=true too")
+    fixed = {"sft.vectors": [parse_preference(v) for v in s.vectors]}
+    if cfg.data.preference_pairs:
+        fixed["data.preference_pairs"] = parse_pairs(cfg.data.preference_pairs)[1]
+    if cfg.data.preference != "sampled":
+        fixed["data.preference"] = [parse_preference(v) for v in cfg.data.preference.split("|")]
+    for key, vectors in fixed.items():
+        try:
+            check_disjoint(sweep_vectors().values(), vectors, what=key)
+        except ValueError as e:
+            raise ConfigError(f"{key}: {e}") from None
 
 
 def check_mcp_servers(servers: list[MCPServerConfig]) -> None:

@@ -117,6 +117,13 @@ class AgentConfig:
     # the preference also in words beside its weights ("Priorities: cost high, latency low."): a few tokens a small
     # policy reads more easily than a number (orchestra.agent.prompt.preference_words)
     preference_words: bool = False
+    # false: the preference is rendered only in those words, one per weight bin, no numbers (needs
+    # preference_words): every vector in a bin reads alike, which is how a tiny policy trained on sampled vectors
+    # can read one (docs/benchmarks.md, "Quality: preferences never shown")
+    preference_numbers: bool = True
+    # the four upper bounds of weight ÷ accuracy for the words minimal, low, medium, high (above: top; 0: none);
+    # empty: orchestra.agent.prompt.LEVELS'
+    preference_levels: list[float] = field(default_factory=list)
     # a repeated tool call (same tool and arguments) is not run again and the answer tool is forced next
     # (orchestra/agent/loop.py). Off for training (the reward should see a looping policy); conf/serve.yaml turns it on
     repeat_guard: bool = False
@@ -130,7 +137,8 @@ class AgentConfig:
         """orchestra.agent.prompt.Prompter's arguments: one mapping for training, evaluation and serving."""
         return {"system_prompt": self.system_prompt, "doc_chars": self.doc_chars, "code_chars": self.code_chars,
                 "attempt_chars": self.attempt_chars, "max_observation_chars": self.max_observation_chars,
-                "preference_words": self.preference_words, "prompt_format": self.prompt_format}
+                "preference_words": self.preference_words, "prompt_format": self.prompt_format,
+                "preference_numbers": self.preference_numbers, "preference_levels": list(self.preference_levels)}
 
     def loop_kwargs(self) -> dict[str, Any]:
         """orchestra.agent.loop.AgentLoop's settings: the one mapping the trainer's rollout workers, evaluation,
@@ -323,6 +331,13 @@ class SFTConfig:
     # weight specs), plus `vectors_sampled` draws of the training sampler per task
     vectors: list[str] = field(default_factory=lambda: ["accuracy-first", "balanced", "cost-first"])
     vectors_sampled: int = 0
+    # where the `vectors_sampled` draws come from. Empty: the training sampler (orchestra.preferences
+    # .sample_preference). [lo, hi]: accuracy 1 and the cost weight log-uniform in [lo, hi], latency 0 with
+    # probability `sample_latency_zero`, else log-uniform in `sample_latency` (orchestra.preferences.sample_range);
+    # draws that land on the adherence sweep are redrawn, so the sweep stays unseen
+    sample_cost: list[float] = field(default_factory=list)
+    sample_latency: list[float] = field(default_factory=lambda: [0.1, 3.0])
+    sample_latency_zero: float = 0.5
 
 
 @dataclass
@@ -370,6 +385,9 @@ class EvalConfig:
     presets: list[str] = field(default_factory=list)
     seeds: int = 1
     temperature: float = 0.0
+    # after RL, the held-out tasks also played under the adherence sweep (orchestra/eval/adherence.py: vectors no
+    # training used, checked): heldout_unseen_adherence and the $ per sweep point
+    sweep: bool = False
 
 
 @dataclass

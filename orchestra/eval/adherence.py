@@ -1,7 +1,10 @@
 """Does a policy follow its user? Figures over a sweep of the cost weight, from evaluation records.
 
-The sweep holds accuracy at 1 and latency at 0 and sets the cost weight to each of `SWEEP` (cheap-is-irrelevant
-to cheap-is-everything). A policy that follows its preference spends less as the weight rises:
+The sweep holds accuracy at 1 and latency at 0 and sets the cost weight to each of `SWEEP` (one point per half
+decade, 0.03 to 3; defined in orchestra/preferences.py beside the presets). None of its vectors is a training
+vector: the config check refuses fixed training vectors on it, the teacher redraws sampled ones that land on it,
+and `check_unseen` says so for a run's full list before any figure is taken. A policy that follows its preference
+spends less as the weight rises:
 - `adherence`: Spearman's rank correlation between the cost weight and the mean $ per episode, negated, so 1.0
   means $ falls strictly along the sweep and 0 that the weight makes no difference (scipy.stats.spearmanr);
 - `match_strongest_cost_ratio`: among the sweep points at least as accurate as always-strongest, the lowest
@@ -11,16 +14,23 @@ to cheap-is-everything). A policy that follows its preference spends less as the
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from statistics import mean
 from typing import Any
 
-SWEEP = (0.05, 0.2, 0.5, 1.0, 2.0)
-PREFIX = "sweep:cost="
+from orchestra.preferences import SWEEP_COSTS as SWEEP
+from orchestra.preferences import SWEEP_PREFIX as PREFIX
+from orchestra.preferences import check_disjoint
+from orchestra.preferences import sweep_vectors as sweep_preferences
+
+__all__ = ["PREFIX", "SWEEP", "adherence", "check_unseen", "match_strongest_cost_ratio", "sweep_points",
+           "sweep_preferences"]
 
 
-def sweep_preferences(weights: tuple[float, ...] = SWEEP) -> dict[str, dict[str, float]]:
-    """Named preference vectors of the sweep (the names carry the weight: `sweep:cost=0.05`, ...)."""
-    return {f"{PREFIX}{w:g}": {"accuracy": 1.0, "cost": float(w), "latency": 0.0} for w in weights}
+def check_unseen(training: Iterable[dict[str, float]], weights: Sequence[float] = SWEEP) -> None:
+    """Raise ValueError when a vector of the sweep is among a run's training vectors (a figure over the sweep
+    must measure vectors the policy was never trained on)."""
+    check_disjoint(sweep_preferences(weights).values(), training)
 
 
 def sweep_points(records: list[dict[str, Any]], policy: str) -> list[tuple[float, float, float]]:

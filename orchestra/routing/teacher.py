@@ -10,9 +10,12 @@ Cross-fitting keeps the labels honest: the tasks are cut into `folds`; each fold
 fitted on the other folds only, so no label comes from a model that saw that task's own outcomes.
 One exploration serves every vector: labels for any number of vectors cost only arithmetic.
 Vectors per task: a fixed list (presets or weight specs, e.g. the cost-ordered presets and a ladder of cost
-weights) plus `sampled` draws of the training sampler (orchestra/preferences.py), seeded by the task id. A few
-fixed vectors, each seen on every task, teach a 1M-parameter policy to read its preference; continuous sampled
-vectors alone were measured not to (docs/benchmarks.md, "Quality").
+weights) plus `sampled` draws seeded by the task id: of the training sampler, or over a range of cost and latency
+weights (`sample_cost`: orchestra/preferences.sample_range). Each draw is labelled with the plan best for that
+very vector. Draws that land on the adherence sweep are redrawn (fixed vectors there are refused by the config
+check), so the sweep holds no training vector. A 1M-parameter policy learns to read such vectors when the prompt
+shows them in bins, one word per half decade of weight ÷ accuracy (agent.preference_levels); with the old, uneven
+bins and fewer tasks it conflated them (docs/benchmarks.md, "Quality: preferences never shown").
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from orchestra.preferences import COST_ORDER, parse_preference, sample_preference
+from orchestra.preferences import (
+    COST_ORDER,
+    is_among,
+    parse_preference,
+    sample_preference,
+    sample_range,
+    sweep_vectors,
+)
 from orchestra.routing.estimator import Expected, RouteEstimator, expected_reward
 from orchestra.routing.plans import Outcome, Plan
 from orchestra.types import Preference, Task
@@ -37,12 +47,26 @@ class Label:
     margin: float  # how much better than the runner-up plan (0: a tie)
 
 
-def label_vectors(task: Task, sampled: int, seed: int, fixed: Sequence[str] = COST_ORDER) -> list[Preference]:
+def label_vectors(task: Task, sampled: int, seed: int, fixed: Sequence[str] = COST_ORDER,
+                  sample_cost: Sequence[float] = (), sample_latency: Sequence[float] = (0.1, 3.0),
+                  latency_zero: float = 0.5) -> list[Preference]:
     """The vectors a task is labelled under: the fixed ones (preset names or `accuracy=1,cost=0.2` specs), then
-    `sampled` draws seeded by (seed, task id)."""
+    `sampled` draws seeded by (seed, task id): over [sample_cost] (and latency) when given, else the training
+    sampler's. A draw that is an adherence-sweep vector is drawn again (fixed vectors on the sweep are refused by
+    the config check, orchestra/config/checks.py, and by cluster/heldout.unseen_sweep)."""
+    sweep = list(sweep_vectors().values())
+    vectors = [parse_preference(p) for p in fixed]
     rng = random.Random(f"teacher:{seed}:{task.id}")
     tool_ids = sorted(task.model_mapping)
-    return [parse_preference(p) for p in fixed] + [sample_preference(rng, tool_ids) for _ in range(sampled)]
+    for _ in range(sampled):
+        if sample_cost:
+            vectors.append(sample_range(rng, sample_cost, sample_latency, latency_zero, avoid=sweep))
+            continue
+        pref = sample_preference(rng, tool_ids)
+        while is_among(pref, sweep):
+            pref = sample_preference(rng, tool_ids)
+        vectors.append(pref)
+    return vectors
 
 
 def cross_fitted(X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome], plans: Sequence[Plan],
@@ -67,12 +91,15 @@ def cross_fitted(X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outc
 
 
 def teacher_labels(tasks: Sequence[Task], exp: Expected, plans: Sequence[Plan], sampled: int, seed: int,
-                   cost_scale: float, latency_scale: float, fixed: Sequence[str] = COST_ORDER) -> list[Label]:
-    """One label per (task, vector): the plan of highest expected reward (ties: the earlier plan)."""
+                   cost_scale: float, latency_scale: float, fixed: Sequence[str] = COST_ORDER,
+                   sample_cost: Sequence[float] = (), sample_latency: Sequence[float] = (0.1, 3.0),
+                   latency_zero: float = 0.5) -> list[Label]:
+    """One label per (task, vector of `label_vectors`): the plan of highest expected reward under that vector
+    (ties: the earlier plan)."""
     out = []
     for i, task in enumerate(tasks):
         row = Expected(exp.p_correct[i:i + 1], exp.cost_usd[i:i + 1], exp.latency_s[i:i + 1])
-        for pref in label_vectors(task, sampled, seed, fixed):
+        for pref in label_vectors(task, sampled, seed, fixed, sample_cost, sample_latency, latency_zero):
             ev = expected_reward(row, plans, pref, cost_scale, latency_scale)[0]
             best = int(np.argmax(ev))
             runner_up = float(np.max(np.delete(ev, best))) if len(ev) > 1 else float(ev[best])

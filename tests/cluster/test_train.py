@@ -23,7 +23,7 @@ SMALL = ["zoo.tools=[enhance_reasoning,answer]", "cluster.torch_threads=1", "dat
          "cluster.rollout_worker_cpus=0.5", "cluster.learner_cpus=0.5",
          # the driver's mechanics, not cpu_tiny's recipe: random demonstrations, one vector, one held-out preset
          "sft.teacher=random", "data.preference_pairs=''", "eval.presets=[]", "reward.norm_adv_by_std=true",
-         "algo.balance_prefs=false"]
+         "algo.balance_prefs=false", "eval.sweep=false"]
 
 
 def small_cfg(tmp_path, *extra):
@@ -83,12 +83,13 @@ def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
     are scored under the three presets (gain, spread, monotone, the router beside), and the run's RESULT lines
     name them."""
     from cluster.train import result_lines
+    from orchestra.preferences import SWEEP_COSTS
     from orchestra.routing.router import has_router
 
     cfg = small_cfg(tmp_path, "sft.teacher=expected_value", "data.n_train=12", "router.explore_tasks=10",
                     "router.folds=2", "sft.vectors=[accuracy-first,balanced,cost-first]", "sft.vectors_sampled=1", "eval.presets=[accuracy-first,balanced,cost-first]",
                     "eval.n_tasks=2", "algo.steps=1", "data.preference_pairs=accuracy-first|cost-first",
-                    "algo.balance_prefs=true", "reward.norm_adv_by_std=false")
+                    "algo.balance_prefs=true", "reward.norm_adv_by_std=false", "eval.sweep=true")
     trainer = Trainer(cfg)
     try:
         summary = trainer.fit()
@@ -112,7 +113,9 @@ def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
     lines = result_lines(summary)
     assert [line.split("=")[0] for line in lines] == [
         "RESULT heldout_reward_gain", "RESULT heldout_pref_spread", "RESULT heldout_monotone",
-        "RESULT heldout_format_ok", "RESULT heldout_vs_estimator", "RESULT train_wall_s"]
+        "RESULT heldout_format_ok", "RESULT heldout_vs_estimator", "RESULT heldout_unseen_adherence",
+        "RESULT train_wall_s"]
+    assert [p["cost_weight"] for p in summary["unseen_sweep"]["points"]] == list(SWEEP_COSTS)  # vectors no training used
 
 
 def test_local_backend_refuses_vllm_rollouts_by_name(tmp_path):

@@ -32,10 +32,10 @@ def test_sweep_vectors_hold_accuracy_and_latency():
 
 
 def test_a_policy_that_follows_its_user_scores_one_and_one_that_ignores_it_nan_or_low():
-    falls = records("orchestrator", {0.05: 0.009, 0.2: 0.004, 0.5: 0.002, 1.0: 0.001, 2.0: 0.0005},
+    falls = records("orchestrator", dict(zip(SWEEP, (0.009, 0.004, 0.002, 0.001, 0.0005), strict=True)),
                     dict.fromkeys(SWEEP, 0.75))
     same = records("orchestrator", dict.fromkeys(SWEEP, 0.003), dict.fromkeys(SWEEP, 0.75))
-    rises = records("orchestrator", {0.05: 0.001, 0.2: 0.002, 0.5: 0.003, 1.0: 0.004, 2.0: 0.005},
+    rises = records("orchestrator", dict(zip(SWEEP, (0.001, 0.002, 0.003, 0.004, 0.005), strict=True)),
                     dict.fromkeys(SWEEP, 0.75))
     assert adherence(sweep_points(falls, "orchestrator")) == pytest.approx(1.0)
     assert math.isnan(adherence(sweep_points(same, "orchestrator")))
@@ -44,8 +44,8 @@ def test_a_policy_that_follows_its_user_scores_one_and_one_that_ignores_it_nan_o
 
 
 def test_match_strongest_takes_the_cheapest_point_at_least_as_accurate():
-    recs = records("orchestrator", {0.05: 0.009, 0.2: 0.004, 0.5: 0.002, 1.0: 0.001, 2.0: 0.0005},
-                   {0.05: 1.0, 0.2: 0.75, 0.5: 0.75, 1.0: 0.5, 2.0: 0.25})
+    recs = records("orchestrator", dict(zip(SWEEP, (0.009, 0.004, 0.002, 0.001, 0.0005), strict=True)),
+                   dict(zip(SWEEP, (1.0, 0.75, 0.75, 0.5, 0.25), strict=True)))
     points = sweep_points(recs, "orchestrator")
     assert match_strongest_cost_ratio(points, strongest_usd=0.01, strongest_accuracy=0.75) == pytest.approx(0.2)
     assert match_strongest_cost_ratio(points, strongest_usd=0.01, strongest_accuracy=1.0) == pytest.approx(0.9)
