@@ -83,7 +83,7 @@ class RolloutWorker:
             model, self.tokenizer = load_policy(model_name, **model_kwargs)
         self.engine = build_engine(model, self.tokenizer, engine_kind, engine_kwargs)
         if tool_handles:
-            from actors.tool_server import RayToolClient
+            from actors.tool_client import RayToolClient
 
             tools = RayToolClient(tool_handles, timeout_s=tool_timeout_s, max_in_flight=tool_max_in_flight)
         else:

@@ -80,7 +80,8 @@ def main() -> None:
     args = parser.parse_args()
     import ray
 
-    from actors.tool_server import RayToolClient, make_tool_server
+    from actors.tool_client import RayToolClient
+    from actors.tool_server import make_tool_server
 
     ray.init(num_cpus=4, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False)
     try:

@@ -70,7 +70,8 @@ def heldout_tasks(cfg: Any, dataset: str, n: int) -> tuple[list, list]:
 def tool_server_clients(cfg: Any, corpus: list, seeds: list[int], tasks: list) -> dict[int, Any]:
     """One set of tool-server actors per seed (sim experts draw from zoo.seed + k); schemas warmed up front
     so the event loop never blocks on a schema round trip."""
-    from actors.tool_server import RayToolClient, make_tool_servers
+    from actors.tool_client import RayToolClient
+    from actors.tool_server import make_tool_servers
     from cluster.launch import init_ray
     from tools.registry import zoo_dict
 

@@ -33,7 +33,7 @@ class EpisodeRecorder:
         """One record per episode that was played (a dead worker's episodes generated nothing to replay)."""
         if not self.enabled:
             return
-        from actors.tool_server import RayToolClient
+        from actors.tool_client import RayToolClient
 
         try:
             if self._log is None:

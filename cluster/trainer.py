@@ -234,7 +234,7 @@ class Trainer:
 
     def evaluate_router(self) -> dict[str, Any]:
         """The estimator router the warm start fitted, on the same held-out tasks and presets (cluster/heldout.py)."""
-        from actors.tool_server import RayToolClient
+        from actors.tool_client import RayToolClient
         from orchestra.policy.models import load_tokenizer
 
         m = self.cfg.model

@@ -24,7 +24,7 @@ from typing import Any
 
 import ray
 
-from actors.tool_server import RayToolClient
+from actors.tool_client import RayToolClient
 from cluster import launch
 from cluster.rollouts import paired_tasks
 from orchestra.data.demos import demo_samples, scripted_samples, sft_batches, sft_lr

@@ -111,7 +111,7 @@ def _tool_client(settings: ServeSettings, cfg: Any) -> Any:
         from tools.registry import build_tools
 
         return LocalToolClient(build_tools(cfg.zoo, list(cfg.zoo.tools)))
-    from actors.tool_server import RayToolClient
+    from actors.tool_client import RayToolClient
 
     return RayToolClient(tool_server_handles(cfg.zoo, list(cfg.zoo.tools)), timeout_s=settings.tool_timeout_s)
 

@@ -139,7 +139,7 @@ def ray_clients(tool_names: tuple[str, ...], timeout_s: float, namespace: str | 
     actor exists then); the job's namespace unless one is given. Cached: the tool client's schema cache is shared."""
     import ray
 
-    from actors.tool_server import RayToolClient
+    from actors.tool_client import RayToolClient
 
     handles = {name: ray.get_actor(f"tool:{name}", namespace=namespace) for name in tool_names}
     reward = ActorReward(ray.get_actor("reward", namespace=namespace)) if grouped else None

@@ -104,7 +104,8 @@ async def test_actor_driver_and_serve_series_reach_the_export_port(ray_cluster):
 
     from actors.serve.http import create_api
     from actors.serve.service import OrchestraService
-    from actors.tool_server import RayToolClient, make_tool_server
+    from actors.tool_client import RayToolClient
+    from actors.tool_server import make_tool_server
     from orchestra.agent.loop import AgentLoop
     from orchestra.agent.prompt import Prompter
     from orchestra.types import Task, ToolCall, ToolContext

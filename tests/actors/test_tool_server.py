@@ -96,7 +96,7 @@ def servers(ray):
 
 
 def _client(handles, timeout_s=30.0, max_in_flight=0):
-    from actors.tool_server import RayToolClient
+    from actors.tool_client import RayToolClient
 
     return RayToolClient(handles, timeout_s=timeout_s, max_in_flight=max_in_flight)
 

@@ -283,7 +283,8 @@ def capped_call(log_dir, servers, tmp_path):
 async def test_the_run_spend_cap_holds_for_bound_experts(ray_cluster, log_dir, servers, tmp_path):
     """zoo.spend_cap_usd (the spend ledger of tool-server actors): reserved at the call's bound, settled at the $
     the server's usage says; no key here (Ray workers keep the environment they started with)."""
-    from actors.tool_server import RayToolClient, make_tool_servers
+    from actors.tool_client import RayToolClient
+    from actors.tool_server import make_tool_servers
     from tools.registry import zoo_dict
 
     cfg, call, ctx, bound = capped_call(log_dir, servers, tmp_path)
@@ -307,7 +308,7 @@ async def test_served_tool_servers_share_one_spend_ledger(ray_cluster, log_dir, 
     from dataclasses import replace
 
     from actors.serve.wiring import TOOL_NAMESPACE, tool_server_handles
-    from actors.tool_server import RayToolClient
+    from actors.tool_client import RayToolClient
 
     cfg, call, ctx, bound = capped_call(log_dir, servers, tmp_path)
     zoo = replace(cfg.zoo, spend_cap_usd=bound + MINI_COST / 2)

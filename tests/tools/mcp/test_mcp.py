@@ -217,7 +217,8 @@ def test_tool_server_wraps_mcp_tools_with_its_timeout_and_retries():
 
 
 def test_tool_server_actors_host_mcp_tools_under_the_run_spend_cap(ray_cluster):
-    from actors.tool_server import RayToolClient, make_tool_servers
+    from actors.tool_client import RayToolClient
+    from actors.tool_server import make_tool_servers
     from orchestra.types import ToolCall
 
     zoo = dataclasses.asdict(ZooConfig(tools=["echo__add"], mcp_servers=[stdio_server(price_usd=0.01)],
