@@ -36,8 +36,8 @@ SMOKE = {  # script -> (arguments for seconds-long sizes, RESULT names it must p
 ELSEWHERE = {"gpu_smoke.py": "tests/bench/test_gpu_smoke.py runs its --smoke mode",
              "verl_cpu.py": "verl's trainer end to end takes minutes: make test-verl-cpu (.ci/run) runs the same path",
              "vllm_cpu_engine.py": "needs .venv-vllm: tests/cluster/test_vllm_cpu.py (make test-vllm-cpu) runs it small",
-             "quality.py": "it trains a run first (minutes); the figures it prints are computed by functions "
-                           "tested in tests/orchestra/eval and tests/orchestra/routing"}
+             "quality.py": "needs the shared data: test_quality_routers_smoke below (the policy part trains a run: "
+                           "minutes)"}
 
 
 def test_every_bench_script_has_a_smoke_run():
@@ -53,3 +53,13 @@ def test_bench_smoke_prints_its_figures(script):
     assert r.returncode == 0, r.stderr[-3000:]
     printed = set(re.findall(r"^RESULT (\w+)\s*=", r.stdout, re.M))
     assert names <= printed, (sorted(names - printed), r.stdout[-2000:])
+
+
+def test_quality_routers_smoke(shared_data):
+    """bench/quality.py's router part (no policy to train) on small splits of the shared recordings."""
+    r = subprocess.run([sys.executable, "bench/quality.py", "only=routers", "routers_seeds=1", "mmlu_train=40",
+                        "mmlu_heldout=40"], cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    printed = set(re.findall(r"^RESULT (\w+)=", r.stdout, re.M))
+    assert {"routers_ra_logloss_estimator", "routers_ra_yardstick_accstrong_apgr_estimator",
+            "routers_mmlu_logloss_estimator"} <= printed, r.stdout[-2000:]
