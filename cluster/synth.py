@@ -17,11 +17,10 @@ from typing import Any
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:
-    """Every argument is this entry point's own key=value (orchestra/config/cli.py's grammar)."""
-    from orchestra.config.cli import Cli, parse_cli
+    """Every argument is a key=value of this entry point (orchestra/config/cli.py's grammar)."""
+    from orchestra.config.cli import parse_cli
 
-    cli: Cli = parse_cli(argv, "cluster.synth", own={a.partition("=")[0] for a in argv}, overrides=False)
-    return cli.own
+    return dict(item.split("=", 1) for item in parse_cli(argv, "cluster.synth").overrides)
 
 
 def _list(value: str) -> list[str]:

@@ -161,13 +161,12 @@ def parse(argv: list[str]) -> VLLMServerConfig:
     from orchestra.config import ConfigError
     from orchestra.config.cli import parse_cli
 
-    try:
-        own = parse_cli(argv, "vllm_server", own=[f.name for f in fields(VLLMServerConfig)], overrides=False).own
+    try:  # the shape and the keys; OmegaConf then types the values
+        parse_cli(argv, "vllm_server", own=[f.name for f in fields(VLLMServerConfig)], overrides=False)
     except ConfigError as e:
         raise SystemExit(str(e)) from None
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(VLLMServerConfig), OmegaConf.from_dotlist(
-            [f"{k}={v}" for k, v in own.items()]))
+        cfg = OmegaConf.merge(OmegaConf.structured(VLLMServerConfig), OmegaConf.from_dotlist(argv))
         return OmegaConf.to_object(cfg)  # type: ignore[return-value]
     except OmegaConfBaseException as e:
         raise SystemExit(f"vllm_server: {e.msg} (key: {getattr(e, 'full_key', '?')})") from None
