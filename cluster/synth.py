@@ -18,9 +18,13 @@ from typing import Any
 
 def parse_args(argv: list[str]) -> dict[str, str]:
     """Every argument is a key=value of this entry point (orchestra/config/cli.py's grammar)."""
+    from orchestra.config import ConfigError
     from orchestra.config.cli import parse_cli
 
-    return dict(item.split("=", 1) for item in parse_cli(argv, "cluster.synth").overrides)
+    try:
+        return dict(item.split("=", 1) for item in parse_cli(argv, "cluster.synth").overrides)
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
 
 
 def _list(value: str) -> list[str]:
