@@ -321,7 +321,10 @@ def routers(args: dict[str, str], embed=None) -> dict[str, dict[str, float]]:
     from tools.registry import build_experts
     from tools.retrieval.dense import embed_texts
 
-    embed = embed or embed_texts("")
+    from orchestra.config.schema import RouterConfig
+
+    # the precision runs fit with (router.embed_dtype), or `routers_embed_dtype=float32`
+    embed = embed or embed_texts("", args.get("routers_embed_dtype", RouterConfig().embed_dtype))
 
     def mmlu(seed: int):
         sizes = [f"data.{k}={args[a]}" for k, a in (("n_train", "mmlu_train"), ("n_heldout", "mmlu_heldout")) if a in args]

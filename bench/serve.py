@@ -129,7 +129,10 @@ def router_service(base_url: str):
     p_right = {"answer-1": {"easy": 0.95, "hard": 0.95}, "answer-2": {"easy": 0.9, "hard": 0.3}}
     outcomes = [Outcome(t.id, p.name, rng.random() < p_right[p.name][t.problem.split()[0]],
                         0.02 if p.name == "answer-1" else 0.0001, 1.0) for t in tasks for p in plans]
-    features = TaskFeatures(embed_texts())  # what a served router embeds with (all-MiniLM-L6-v2)
+    from orchestra.config.schema import RouterConfig
+
+    # what a served router embeds with: all-MiniLM-L6-v2 at a run's default precision (router.embed_dtype)
+    features = TaskFeatures(embed_texts("", RouterConfig().embed_dtype))
     router = EstimatorRouter(RouteEstimator(plans).fit(features(tasks), [t.id for t in tasks], outcomes), features,
                              cost_scale=0.01, latency_scale=10.0)
     experts = {name: OpenAIExpert(name, "gpt-5-mini", PriceTable(), base_url=base_url, max_tokens=64, retries=0)

@@ -70,6 +70,8 @@ def summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task
     prefs = prefs or []
     if len(prefs) <= 1:
         out = _summary(results, scored, tasks)
+        out["rewards"] = [{"pref": prefs[0] if prefs else "", "task": r.traj.task_id, "reward": s.reward}
+                          for r, s in zip(results, scored, strict=True)]
         if prefs:
             out["by_pref"] = {prefs[0]: {k: v for k, v in out.items() if k != "by_family"}}
         return out
@@ -82,6 +84,8 @@ def summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task
         parts[name][1].append(s)
     by_pref = {p: _summary(rs, ss, tasks) for p, (rs, ss) in parts.items() if rs}
     out = _summary(results, scored, tasks)
+    out["rewards"] = [{"pref": uid_pref[r.uid], "task": r.traj.task_id, "reward": s.reward}
+                      for r, s in zip(results, scored, strict=True)]
     out["score"] = mean(v["score"] for v in by_pref.values())
     out["by_pref"] = {p: {k: v for k, v in b.items() if k != "by_family"} for p, b in by_pref.items()}
     out.update(adherence(out["by_pref"]))
@@ -176,6 +180,30 @@ def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, token
     records = asyncio.run(ev.run(tasks, ["estimator"], {p: preset(p) for p in names}, [0],
                                  pref_policies=("estimator",)))
     rows = {row["preference"]: row for row in summarize(records)}
+    rewards = [{"pref": x["preference"], "task": x["task_id"], "reward": x["reward"]} for x in records]
     by_pref = {p: {"score": rows[p]["score"], "accuracy": rows[p]["accuracy"], "cost_usd": rows[p]["cost_cents"] / 100,
                    "latency_s": rows[p]["latency_s"], "tool_mix": rows[p]["tool_mix"]} for p in names if p in rows}
-    return {"score": mean(v["score"] for v in by_pref.values()), "by_pref": by_pref, **adherence(by_pref)}
+    return {"score": mean(v["score"] for v in by_pref.values()), "by_pref": by_pref, **adherence(by_pref),
+            "rewards": rewards}
+
+
+def paired_gain(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float]:
+    """Held-out score of evaluation `a` minus `b` (each a summary with `rewards`) with its paired bootstrap 95 %
+    interval (orchestra/eval/stats.py): paired per (preset, task), a task's seeds averaged and its presets
+    resampled together; the mean of the per-preset differences, as `score` is the mean of the presets' scores.
+    {} when either lacks rewards."""
+    from orchestra.eval.stats import paired_bootstrap_diff
+
+    def means(summary: dict[str, Any]) -> dict[tuple[str, str], float]:
+        acc: dict[tuple[str, str], list[float]] = {}
+        for r in summary.get("rewards", []):
+            acc.setdefault((r["pref"], r["task"]), []).append(float(r["reward"]))
+        return {k: mean(v) for k, v in acc.items()}
+
+    x, y = means(a), means(b)
+    keys = sorted(set(x) & set(y))
+    if not keys:
+        return {}
+    prefs = {p for p, _ in keys}
+    out = paired_bootstrap_diff([x[k] for k in keys], [y[k] for k in keys], groups=[t for _, t in keys])
+    return {"diff": out["diff"], "lo": out["lo"], "hi": out["hi"], "tasks": out["n"], "presets": len(prefs)}

@@ -59,13 +59,18 @@ def main(argv: list[str] | None = None) -> int:
 # the eval presets, which are *trained* vectors (the warm start labels under them, RL pairs them): the gain is the
 # mean over those presets; spread, monotone and the estimator router's margin are there when they are the
 # cost-ordered presets. `heldout_unseen_adherence` (with eval.sweep) is taken under the adherence sweep, vectors
-# no training used (checked: cluster/heldout.unseen_sweep).
-RESULTS = ("heldout_reward_gain", "heldout_pref_spread", "heldout_monotone", "heldout_format_ok",
-           "heldout_vs_estimator", "heldout_unseen_adherence", "train_wall_s")
+# no training used (checked: cluster/heldout.unseen_sweep). `_lo` / `_hi`: paired bootstrap 95 % intervals
+# (cluster/heldout.paired_gain); `rl_gain_ci_low` is the gain's lower end: RL helped beyond chance when it is > 0.
+RESULTS = ("heldout_reward_gain", "heldout_reward_gain_lo", "heldout_reward_gain_hi", "heldout_pref_spread",
+           "heldout_monotone", "heldout_format_ok", "heldout_vs_estimator", "heldout_vs_estimator_lo",
+           "heldout_vs_estimator_hi", "heldout_unseen_adherence", "train_wall_s")
 
 
 def result_lines(summary: dict) -> list[str]:
-    return [f"RESULT {name}={summary[name]:.4f}" for name in RESULTS if name in summary]
+    lines = [f"RESULT {name}={summary[name]:.4f}" for name in RESULTS if name in summary]
+    if "heldout_reward_gain_lo" in summary:
+        lines.append(f"RESULT rl_gain_ci_low={summary['heldout_reward_gain_lo']:.4f}")
+    return lines
 
 
 if __name__ == "__main__":

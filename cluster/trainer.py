@@ -286,11 +286,14 @@ class Trainer:
         sft, rl = summary.get("after_sft", {}), summary["after_rl"]
         if sft:
             summary["heldout_reward_gain"] = rl["score"] - sft["score"]
+            self._interval(summary, "heldout_reward_gain", heldout.paired_gain(rl, sft), "RL over its warm start")
         for key in ("pref_spread", "monotone", "format_ok"):
             if key in rl:
                 summary[f"heldout_{key}"] = rl[key]
         if summary.get("router"):
             summary["heldout_vs_estimator"] = rl["score"] - summary["router"]["score"]
+            self._interval(summary, "heldout_vs_estimator", heldout.paired_gain(rl, summary["router"]),
+                           "the policy minus the estimator router")
         if summary.get("unseen_sweep"):
             summary["heldout_unseen_adherence"] = summary["unseen_sweep"]["adherence"]
             self.console.print("held-out, unseen sweep (cost weight: ¢, accuracy): " + ", ".join(
@@ -320,6 +323,14 @@ class Trainer:
         for line in preset_lines(sft, rl, summary.get("router", {})):
             self.console.print(line)
         return summary
+
+    def _interval(self, summary: dict[str, Any], key: str, gain: dict[str, float], what: str) -> None:
+        """`<key>_lo` / `<key>_hi`: the paired bootstrap 95 % interval of a held-out difference, and one line."""
+        if not gain:
+            return
+        summary[f"{key}_lo"], summary[f"{key}_hi"] = gain["lo"], gain["hi"]
+        self.console.print(f"held-out {what}: {gain['diff']:+.4f} [{gain['lo']:+.4f}, {gain['hi']:+.4f}] (paired "
+                           f"bootstrap 95 %, {gain['tasks']:.0f} tasks x {gain['presets']} presets)")
 
     def _engine_report(self) -> dict[str, float]:
         """The rollout engines' counters over the run (evaluations included), summed over workers, and one

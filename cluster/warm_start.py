@@ -97,11 +97,13 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                        on_episode=lambda _rec: bars.advance(bar))
     bars.remove(bar)
     explore_s = time.perf_counter() - t0
-    features = TaskFeatures(embed_texts(c.zoo.retriever.model_dir), rc.meta_keys).fit_vocab(tasks)
+    features = TaskFeatures(embed_texts(c.zoo.retriever.model_dir, rc.embed_dtype), rc.meta_keys).fit_vocab(tasks)
     X, ids = features(tasks), [t.id for t in tasks]
-    estimator = RouteEstimator(plans, C=rc.C, alpha=rc.alpha).fit(X, ids, outcomes)
-    EstimatorRouter(estimator, features, r.cost_scale, r.latency_scale, model_dir=c.zoo.retriever.model_dir
-                    ).save(run_dir)
+    estimator = RouteEstimator(plans, C=rc.C, alpha=rc.alpha, seed=c.seed).fit(X, ids, outcomes, features.n_meta)
+    console.print(f"  estimator router: chose {estimator.selection.get('chosen', estimator.model['kind'])} by "
+                  f"{estimator.folds}-fold cross-validation")
+    EstimatorRouter(estimator, features, r.cost_scale, r.latency_scale, model_dir=c.zoo.retriever.model_dir,
+                    embed_dtype=rc.embed_dtype).save(run_dir)
     expected = cross_fitted(X, ids, outcomes, plans, folds=rc.folds, seed=c.seed, C=rc.C, alpha=rc.alpha)
     labels = teacher_labels(tasks, expected, plans, c.sft.vectors_sampled, c.seed, r.cost_scale, r.latency_scale,
                             fixed=c.sft.vectors, sample_cost=c.sft.sample_cost, sample_latency=c.sft.sample_latency,

@@ -61,6 +61,7 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.router.explore_tasks >= 0, "router.explore_tasks", "must be >= 0 (0: every training task)")
     need(cfg.router.C > 0 and cfg.router.alpha > 0, "router.C", "router.C and router.alpha must be > 0")
     need(cfg.router.folds >= 2, "router.folds", "cross-fitting needs at least 2 folds")
+    need(cfg.router.embed_dtype in ("float32", "bfloat16"), "router.embed_dtype", "must be float32 or bfloat16")
     for name in cfg.eval.presets:
         need(name in PRESETS, "eval.presets", f"{name!r} is not a preset; choose from {sorted(PRESETS)}")
     need(not cfg.sft.paired or bool(cfg.data.preference_pairs), "sft.paired",

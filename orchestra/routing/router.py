@@ -48,8 +48,8 @@ class SingleCall:
 
 class EstimatorRouter:
     def __init__(self, estimator: RouteEstimator, features: TaskFeatures, cost_scale: float, latency_scale: float,
-                 cache_size: int = 4096, model_dir: str = ""):
-        self.estimator, self.features, self.model_dir = estimator, features, model_dir
+                 cache_size: int = 4096, model_dir: str = "", embed_dtype: str = "float32"):
+        self.estimator, self.features, self.model_dir, self.embed_dtype = estimator, features, model_dir, embed_dtype
         self.cost_scale, self.latency_scale = float(cost_scale), float(latency_scale)
         self._rows: OrderedDict[str, np.ndarray] = OrderedDict()
         self.cache_size = int(cache_size)
@@ -134,26 +134,28 @@ class EstimatorRouter:
 
     # ------------------------------------------------------------ files
     def save(self, run_dir: str | Path) -> Path:
-        spec = {"features": {"kind": "minilm", "model_dir": self.model_dir, "meta_keys": self.features.meta_keys,
-                             "vocab": self.features.vocab},
+        spec = {"features": {"kind": "minilm", "model_dir": self.model_dir, "dtype": self.embed_dtype,
+                             "meta_keys": self.features.meta_keys, "vocab": self.features.vocab},
                 "cost_scale": self.cost_scale, "latency_scale": self.latency_scale}
         return self.estimator.save(Path(run_dir) / ROUTER_DIR, extra=spec)
 
     @classmethod
-    def load(cls, run_dir: str | Path, embedder: Callable[[str], Any]) -> EstimatorRouter:
-        """From `<run_dir>/router/` (or that directory itself). `embedder(model_dir)` gives the text embedding the
-        router was fitted with, from the model dir it saved (tools.retrieval.dense.embed_texts: the core does not
-        load models of tools/)."""
+    def load(cls, run_dir: str | Path, embedder: Callable[[str, str], Any]) -> EstimatorRouter:
+        """From `<run_dir>/router/` (or that directory itself). `embedder(model_dir, dtype)` gives the text
+        embedding the router was fitted with, from the model dir and precision it saved (float32 for routers
+        saved before the precision was; tools.retrieval.dense.embed_texts: the core does not load models of
+        tools/)."""
         d = Path(run_dir)
         d = d if (d / "estimator.json").is_file() else d / ROUTER_DIR
         estimator, meta = RouteEstimator.load(d)
         f = meta.get("features", {})
         if f.get("kind", "minilm") != "minilm":
             raise ValueError(f"{d}: unknown feature kind {f.get('kind')!r} (this version embeds with minilm)")
-        features = TaskFeatures(embedder(f.get("model_dir", "")), f.get("meta_keys", []),
+        dtype = f.get("dtype", "float32")
+        features = TaskFeatures(embedder(f.get("model_dir", ""), dtype), f.get("meta_keys", []),
                                 f.get("vocab", {}))
         return cls(estimator, features, meta.get("cost_scale", 0.01), meta.get("latency_scale", 10.0),
-                   model_dir=f.get("model_dir", ""))
+                   model_dir=f.get("model_dir", ""), embed_dtype=dtype)
 
 
 def has_router(run_dir: str | Path) -> bool:

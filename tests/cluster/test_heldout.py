@@ -64,3 +64,17 @@ def test_summary_per_preset_its_mean_and_the_adherence_figures():
     flat = heldout.adherence({p: {"cost_usd": 0.002} for p in COST_ORDER})
     assert flat == {"pref_spread": 1.0, "monotone": 0.0}
     assert heldout.adherence({"balanced": {"cost_usd": 0.002}}) == {}
+
+
+def test_paired_gain_pairs_preset_and_task_and_averages_the_seeds():
+    def rows(values: dict[tuple[str, str], list[float]]) -> dict:
+        return {"rewards": [{"pref": p, "task": t, "reward": r} for (p, t), rs in values.items() for r in rs]}
+
+    # task a gains 0.2 under both presets, task b 0.0 and 0.4 (b's two seeds under cost-first: 0.5 and 0.7)
+    after = rows({("acc", "a"): [1.0], ("cost", "a"): [0.4], ("acc", "b"): [0.5], ("cost", "b"): [0.5, 0.7]})
+    before = rows({("acc", "a"): [0.8], ("cost", "a"): [0.2], ("acc", "b"): [0.5], ("cost", "b"): [0.2],
+                   ("acc", "c"): [0.9]})  # c was not evaluated after: left out, not paired with nothing
+    gain = heldout.paired_gain(after, before)
+    assert abs(gain["diff"] - (0.2 + 0.2 + 0.0 + 0.4) / 4) < 1e-12  # = the mean of the per-preset mean gains
+    assert gain["tasks"] == 2 and gain["presets"] == 2 and gain["lo"] <= gain["diff"] <= gain["hi"]
+    assert heldout.paired_gain(after, {}) == {}

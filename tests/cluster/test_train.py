@@ -112,9 +112,11 @@ def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
     assert set(summary["router"]["by_pref"]) == set(rl["by_pref"]) and "heldout_vs_estimator" in summary
     lines = result_lines(summary)
     assert [line.split("=")[0] for line in lines] == [
-        "RESULT heldout_reward_gain", "RESULT heldout_pref_spread", "RESULT heldout_monotone",
-        "RESULT heldout_format_ok", "RESULT heldout_vs_estimator", "RESULT heldout_unseen_adherence",
-        "RESULT train_wall_s"]
+        "RESULT heldout_reward_gain", "RESULT heldout_reward_gain_lo", "RESULT heldout_reward_gain_hi",
+        "RESULT heldout_pref_spread", "RESULT heldout_monotone", "RESULT heldout_format_ok",
+        "RESULT heldout_vs_estimator", "RESULT heldout_vs_estimator_lo", "RESULT heldout_vs_estimator_hi",
+        "RESULT heldout_unseen_adherence", "RESULT train_wall_s", "RESULT rl_gain_ci_low"]
+    assert summary["heldout_reward_gain_lo"] <= summary["heldout_reward_gain"] <= summary["heldout_reward_gain_hi"]
     assert [p["cost_weight"] for p in summary["unseen_sweep"]["points"]] == list(SWEEP_COSTS)  # vectors no training used
 
 

@@ -40,20 +40,25 @@ def default_model_dir() -> str:
     return str(Path(list(spec.submodule_search_locations)[0]) / "model")
 
 
-def embed_texts(model_dir: str = "") -> Callable[[list[str]], Any]:
+EMBED_DTYPES = ("float32", "bfloat16")
+
+
+def embed_texts(model_dir: str = "", dtype: str = "float32") -> Callable[[list[str]], Any]:
     """An `Embedder`'s encode function: the text features of the estimator router (orchestra/routing/)."""
-    return Embedder(model_dir).encode
+    return Embedder(model_dir, dtype=dtype).encode
 
 
 class Embedder:
     """Sentence embeddings from a transformers model directory (offline; no hub access)."""
 
     def __init__(self, model_dir: str = "", batch_size: int = 32, device: str = "cpu", max_length: int = 256,
-                 query_cache_size: int = 4096):
+                 query_cache_size: int = 4096, dtype: str = "float32"):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        self.model_dir = model_dir or default_model_dir()
+        if dtype not in EMBED_DTYPES:
+            raise ValueError(f"embedding dtype {dtype!r}: expected one of {EMBED_DTYPES}")
+        self.model_dir, self.dtype = model_dir or default_model_dir(), dtype
         self.batch_size, self.device, self.max_length = int(batch_size), device, int(max_length)
         # LRU of query text -> embedding, for this process (a run); searches run in worker threads, hence the lock.
         self.query_cache_size = int(query_cache_size)
@@ -62,6 +67,11 @@ class Embedder:
         self.cache_hits = self.cache_misses = 0
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
         self.model = AutoModel.from_pretrained(self.model_dir, local_files_only=True).to(device).eval()
+        if dtype == "bfloat16":
+            # a short query reads every weight once, so its time is mostly weight traffic: bf16 halves it (MiniLM,
+            # 11-token query, one thread: 7.4 -> 5.0 ms; embeddings' cosine to float32's 0.9999 mean, 0.996 min
+            # on GSM8K questions; int8 dynamic quantization was faster, 3.5 ms, but 0.98 mean, 0.96 min)
+            self.model = self.model.to(torch.bfloat16)
         self.dim = int(self.model.config.hidden_size)
         self._torch = torch
 
@@ -77,7 +87,7 @@ class Embedder:
                 idx = order[start:start + self.batch_size]
                 batch = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
                                        max_length=self.max_length, return_tensors="pt").to(self.device)
-                hidden = self.model(**batch).last_hidden_state
+                hidden = self.model(**batch).last_hidden_state.float()  # pooled in float32 whatever the model's
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
                 pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)

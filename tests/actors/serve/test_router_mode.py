@@ -165,7 +165,7 @@ def test_an_unknown_or_unserved_tier_is_an_error(router, tmp_path, monkeypatch):
         with pytest.raises(ValueError, match="router_t"):
             settings_from_dict(bad)
     router.save(tmp_path)
-    monkeypatch.setattr("tools.retrieval.dense.embed_texts", lambda _model_dir: embed)  # no MiniLM load here
+    monkeypatch.setattr("tools.retrieval.dense.embed_texts", lambda _model_dir, _dtype: embed)  # no MiniLM load here
     settings = settings_from_dict({"policy": "router", "router": str(tmp_path), "router_tiers": ["answer-9"]})
     with pytest.raises(ValueError, match="answer-9"):
         router_engine(settings, tok, [tok.eos_token_id], TIERS)

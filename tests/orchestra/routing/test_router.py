@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -15,8 +16,9 @@ from orchestra.eval.runner import Evaluator
 from orchestra.preferences import PRESETS
 from orchestra.routing.estimator import RouteEstimator, TaskFeatures
 from orchestra.routing.explore import explore
-from orchestra.routing.plans import enumerate_plans
+from orchestra.routing.plans import Outcome, Plan, enumerate_plans
 from orchestra.routing.router import EstimatorRouter, has_router
+from orchestra.types import Task
 from reward.score import episode_scorer
 from tests.helpers.fakes import ByteTokenizer
 
@@ -63,7 +65,7 @@ def test_router_follows_each_preference_and_survives_save_and_load(setup, tmp_pa
     est = RouteEstimator(plans).fit(features(tasks), [t.id for t in tasks], outcomes)
     EstimatorRouter(est, features, 0.01, 10.0).save(tmp_path)
     assert has_router(tmp_path) and not has_router(tmp_path / "router" / "x")
-    router = EstimatorRouter.load(tmp_path, lambda _model_dir: family_embed)
+    router = EstimatorRouter.load(tmp_path, lambda _model_dir, _dtype: family_embed)
 
     prefs = {n: PRESETS[n] for n in ("balanced", "accuracy-first", "cost-first")}
     ev = Evaluator(tok, Prompter(tok), {0: tools}, tok.eos_token_id, routers={"estimator": router.script},
@@ -81,4 +83,22 @@ def test_router_follows_each_preference_and_survives_save_and_load(setup, tmp_pa
 
 def test_loading_a_missing_router_names_what_to_do(tmp_path):
     with pytest.raises(FileNotFoundError, match="make train"):
-        EstimatorRouter.load(tmp_path, lambda _model_dir: family_embed)
+        EstimatorRouter.load(tmp_path, lambda _model_dir, _dtype: family_embed)
+
+
+def test_the_router_is_loaded_with_the_embedding_precision_it_was_fitted_with(tmp_path):
+    plans = [Plan("a", (("answer", "answer-1"),)), Plan("b", (("answer", "answer-2"),))]
+    tasks = [Task(id=f"t{i}", problem=f"q{i}", answer="", meta={"family": "math" if i % 2 else "qa"}) for i in range(8)]
+    outcomes = [Outcome(t.id, p.name, (i + j) % 2 == 0, 0.01, 1.0) for i, t in enumerate(tasks)
+                for j, p in enumerate(plans)]
+    features = TaskFeatures(family_embed)
+    est = RouteEstimator(plans, select=False).fit(features(tasks), [t.id for t in tasks], outcomes)
+    asked = []
+    EstimatorRouter(est, features, 0.01, 10.0, embed_dtype="bfloat16").save(tmp_path / "new")
+    EstimatorRouter.load(tmp_path / "new", lambda model_dir, dtype: asked.append(dtype) or family_embed)
+    spec = tmp_path / "new" / "router" / "estimator.json"
+    old = json.loads(spec.read_text())
+    del old["features"]["dtype"]  # a router saved before the precision was recorded: fitted in float32
+    spec.write_text(json.dumps(old))
+    loaded = EstimatorRouter.load(tmp_path / "new", lambda model_dir, dtype: asked.append(dtype) or family_embed)
+    assert asked == ["bfloat16", "float32"] and loaded.embed_dtype == "float32"
