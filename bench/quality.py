@@ -317,11 +317,10 @@ def routers(args: dict[str, str], embed=None) -> dict[str, dict[str, float]]:
     import numpy as np
 
     from orchestra.config import load_config
+    from orchestra.config.schema import RouterConfig
     from orchestra.routing.holdout import compare, replay_zoo, router_arena
     from tools.registry import build_experts
     from tools.retrieval.dense import embed_texts
-
-    from orchestra.config.schema import RouterConfig
 
     # the precision runs fit with (router.embed_dtype), or `routers_embed_dtype=float32`
     embed = embed or embed_texts("", args.get("routers_embed_dtype", RouterConfig().embed_dtype))
