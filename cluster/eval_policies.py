@@ -59,15 +59,23 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
 def estimator_router(own: dict[str, str]) -> dict[str, Any]:
     """{"estimator": its script function} when asked for (own `estimator`) or when the evaluated checkpoint's run
     has a fitted router (`<run_dir>/router/`, written by an expected-value warm start); else {}."""
+    spec = own.get("estimator")
+    if spec is not None and not spec:
+        return {}
+    router = run_router(own)
+    return {"estimator": router.script} if router is not None else {}
+
+
+def run_router(own: dict[str, str]) -> Any:
+    """The EstimatorRouter of own `estimator` (a run dir; an error when it has none) or else of the evaluated
+    checkpoint's run; None when neither has one."""
     from orchestra.routing.router import EstimatorRouter, find_router, has_router
     from tools.retrieval.dense import embed_texts
 
     spec = own.get("estimator")
-    if spec is not None and not spec:
-        return {}
     if spec:
         if not has_router(spec):
             raise SystemExit(f"estimator={spec}: no estimator router there (expected {spec}/router/estimator.json)")
-        return {"estimator": EstimatorRouter.load(spec, embed_texts).script}
+        return EstimatorRouter.load(spec, embed_texts)
     found = find_router(own["checkpoint"]) if own.get("checkpoint") else None
-    return {"estimator": EstimatorRouter.load(found, embed_texts).script} if found else {}
+    return EstimatorRouter.load(found, embed_texts) if found else None

@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cluster.eval_policies import all_failed, estimator_router, policy_engines, policy_tokenizer
+from cluster.eval_policies import all_failed, estimator_router, policy_engines, policy_tokenizer, run_router
 from cluster.runs import newest_run
 from cluster.tau2_eval import run_tau2
 from orchestra.config import ConfigError, task_tiers
@@ -102,6 +102,12 @@ def build(cfg: Any, own: dict[str, str]):
     seeds = list(range(int(own.get("seeds", cfg.eval.seeds))))
     tok = policy_tokenizer(cfg, own)
     prompter = Prompter(tok, **a.prompter_kwargs())
+    if a.route_hints:  # the policy was trained reading its run's router's suggestion: the same router's here
+        router = run_router(own)
+        if router is None:
+            raise SystemExit("agent.route_hints=true: the policy reads its run's estimator router, and no router "
+                             "was found next to the checkpoint (pass estimator=<run dir>)")
+        router.attach_hints(tasks)
     if own.get("tool_servers", "false").lower() == "true":
         clients = tool_server_clients(cfg, corpus, seeds, tasks)
     else:

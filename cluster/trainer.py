@@ -93,6 +93,8 @@ class Trainer:
             start, summary = 0, {}
             with self.phases("sft"):
                 summary.update(self.sft())
+                if c.agent.route_hints:
+                    self._route_hints()
             self.sync_weights()
             with self.phases("eval"):
                 summary["after_sft"] = self.evaluate("sft")
@@ -280,6 +282,16 @@ class Trainer:
             self.cfg.zoo.retriever.corpus = str(files[2])
         self.sampler = TaskSampler(self.train, self.cfg.algo.prompts_per_step, self.cfg.seed)
         (self.dir / "config.yaml").write_text(to_yaml(self.cfg))
+
+    def _route_hints(self) -> None:
+        """agent.route_hints: held-out tasks get the fitted router's estimates (training tasks got theirs in the
+        warm start, cross-fitted); both task files are rewritten, so a resumed run and `make eval` read the same."""
+        from orchestra.routing.router import EstimatorRouter
+        from tools.retrieval.dense import embed_texts
+
+        EstimatorRouter.load(self.dir, embed_texts).attach_hints(self.heldout)
+        save_tasks(self.train, self.dir / "data" / "train.jsonl")
+        save_tasks(self.heldout, self.dir / "data" / "heldout.jsonl")
 
     # ------------------------------------------------------------------ the end
     def _finish(self, summary: dict[str, Any]) -> dict[str, Any]:

@@ -75,6 +75,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     from orchestra.agent.prompt import Prompter
     from orchestra.routing.estimator import RouteEstimator, TaskFeatures
     from orchestra.routing.explore import explore
+    from orchestra.routing.hints import attach
     from orchestra.routing.plans import enumerate_plans
     from orchestra.routing.router import EstimatorRouter
     from orchestra.routing.teacher import cross_fitted, teacher_labels
@@ -105,6 +106,12 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     EstimatorRouter(estimator, features, r.cost_scale, r.latency_scale, model_dir=c.zoo.retriever.model_dir,
                     embed_dtype=rc.embed_dtype).save(run_dir)
     expected = cross_fitted(X, ids, outcomes, plans, folds=rc.folds, seed=c.seed, C=rc.C, alpha=rc.alpha)
+    if c.agent.route_hints:  # the prompt's router line (orchestra/routing/hints.py), on the trainer's own tasks
+        attach(tasks, expected, plans, r.cost_scale, r.latency_scale)  # cross-fitted, as the labels
+        explored = set(ids)
+        rest = [t for t in train if t.id not in explored]
+        if rest:
+            attach(rest, estimator.expected(features(rest)), plans, r.cost_scale, r.latency_scale)
     labels = teacher_labels(tasks, expected, plans, c.sft.vectors_sampled, c.seed, r.cost_scale, r.latency_scale,
                             fixed=c.sft.vectors, sample_cost=c.sft.sample_cost, sample_latency=c.sft.sample_latency,
                             latency_zero=c.sft.sample_latency_zero)

@@ -44,10 +44,13 @@ class Plan:
 class OrchestraService:
     def __init__(self, loop: AgentLoop, catalogue: list[str], tiers: dict[str, str], *, model_id: str = "orchestra",
                  max_tokens: int = 96, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                 max_tokens_limit: int = 1024, default_preference: str = "balanced", router: Any = None):
+                 max_tokens_limit: int = 1024, default_preference: str = "balanced", router: Any = None,
+                 annotate: Any = None):
         self.loop, self.catalogue, self.tiers, self.model_id = loop, list(catalogue), dict(tiers), model_id
         # policy=estimator: a task -> scripted engine function (orchestra/routing/router.py); None: the model
         self.router = router
+        # agent.route_hints: [task] -> None, attaching the run's router's estimates the prompt shows
+        self.annotate = annotate
         self.defaults = Sampling(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k)
         self.max_tokens_limit, self.default_preference = max_tokens_limit, default_preference
 
@@ -84,6 +87,8 @@ class OrchestraService:
         cid = api.completion_id()
         task = Task(id=cid, problem=api.problem_of(req), answer="", data_source="serve", tools=list(self.catalogue),
                     model_mapping=dict(self.tiers), pref=pref, meta={"source": "serve"})
+        if self.annotate is not None:
+            self.annotate([task])
         include = bool(req.stream_options and req.stream_options.include_usage)
         return Plan(cid, task, sampling, self._budget(req), pref, include)
 

@@ -75,7 +75,22 @@ def build_service(settings: ServeSettings) -> OrchestraService:
     return OrchestraService(loop, list(cfg.zoo.tools), task_tiers(cfg), model_id=settings.model_id,
                             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                             max_tokens_limit=settings.max_tokens_limit,
-                            router=router_engine(settings, tok, eos, task_tiers(cfg)))
+                            router=router_engine(settings, tok, eos, task_tiers(cfg)),
+                            annotate=hint_attacher(settings) if a.route_hints else None)
+
+
+def hint_attacher(settings: ServeSettings) -> Any:
+    """agent.route_hints: the served policy was trained reading its run's estimator router's suggestion
+    (orchestra/routing/hints.py), so every request's task gets that router's estimates (one embedding)."""
+    from orchestra.routing.router import EstimatorRouter, find_router
+    from tools.retrieval.dense import embed_texts
+
+    where = settings.router or settings.checkpoint
+    found = find_router(where) if where else None
+    if found is None:
+        raise ValueError(f"agent.route_hints=true: the policy reads its run's estimator router, and there is none "
+                         f"under {where or '(no checkpoint given)'}; set router=<run dir>")
+    return EstimatorRouter.load(found, embed_texts).attach_hints
 
 
 def router_engine(settings: ServeSettings, tok: Any, eos: list[int], tiers: dict[str, str] | None = None) -> Any:

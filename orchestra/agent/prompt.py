@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from orchestra.agent import toolorchestra_format
+from orchestra.routing.hints import hint_text
 from orchestra.types import Preference, Task
 
 DEFAULT_SYSTEM = (
@@ -118,7 +119,7 @@ class Prompter:
     def __init__(self, tokenizer: ChatTokenizer, system_prompt: str = "", doc_chars: int = 1200,
                  code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500,
                  preference_words: bool = False, prompt_format: str = "orchestra", preference_numbers: bool = True,
-                 preference_levels: Sequence[float] = ()):
+                 preference_levels: Sequence[float] = (), route_hints: bool = False):
         self.tok = tokenizer
         # another model's trained layout (None: ours); the budgets above are ours and unused by it
         self.format = None if prompt_format == "orchestra" else toolorchestra_format.variant(prompt_format)
@@ -127,6 +128,8 @@ class Prompter:
         self.max_observation_chars = max_observation_chars
         self.preference_words = preference_words
         self.preference_numbers, self.preference_levels = preference_numbers, tuple(preference_levels)
+        # the estimator router's suggestion under the task's preference, after the preference (routing/hints.py)
+        self.route_hints = bool(route_hints)
         self._prefix_cache: dict[tuple[str, str], tuple[str, list[int]]] = {}
 
     # ------------------------------------------------------------ messages
@@ -149,7 +152,9 @@ class Prompter:
         return {"role": "user", "content": "\n\n".join(sections)}
 
     def preference(self, task: Task) -> str:
-        return preference_text(task.pref, self.preference_words, self.preference_numbers, self.preference_levels)
+        text = preference_text(task.pref, self.preference_words, self.preference_numbers, self.preference_levels)
+        hint = hint_text(task) if self.route_hints else ""
+        return f"{text}\n{hint}" if hint else text
 
     def first_messages(self, task: Task) -> list[dict[str, Any]]:
         if self.format:  # its first turn, the same in either context mode

@@ -117,6 +117,12 @@ def check_preference_sampling(cfg: ExperimentConfig, need) -> None:
          "agent.preference_levels", f"must be empty or four rising bounds > 0 (minimal, low, medium, high), got {levels}")
     need(a.preference_numbers or a.preference_words, "agent.preference_numbers",
          "false shows the preference only in words: set agent.preference_words=true too")
+    if a.route_hints:
+        need(s.teacher == "expected_value", "agent.route_hints", "the hints are the estimator router's: needs "
+             "sft.teacher=expected_value")
+        need(cfg.backend == "local", "agent.route_hints", "the verl backend does not attach route hints yet")
+        need(a.prompt_format == "orchestra", "agent.route_hints", "only our prompt layout (agent.prompt_format="
+             "orchestra) shows them")
     fixed = {"sft.vectors": [parse_preference(v) for v in s.vectors]}
     if cfg.data.preference_pairs:
         fixed["data.preference_pairs"] = parse_pairs(cfg.data.preference_pairs)[1]

@@ -124,6 +124,11 @@ class AgentConfig:
     # the four upper bounds of weight ÷ accuracy for the words minimal, low, medium, high (above: top; 0: none);
     # empty: orchestra.agent.prompt.LEVELS'
     preference_levels: list[float] = field(default_factory=list)
+    # the estimator router's suggested plan under the task's preference, shown after the preference
+    # ("Router: answer answer-2 (likely right).", orchestra/routing/hints.py): per-question routing a tiny policy
+    # can copy and RL can deviate from. Needs sft.teacher=expected_value (its router); the local backend and Serve
+    # attach the estimates; the verl backend does not yet
+    route_hints: bool = False
     # a repeated tool call (same tool and arguments) is not run again and the answer tool is forced next
     # (orchestra/agent/loop.py). Off for training (the reward should see a looping policy); conf/serve.yaml turns it on
     repeat_guard: bool = False
@@ -138,7 +143,8 @@ class AgentConfig:
         return {"system_prompt": self.system_prompt, "doc_chars": self.doc_chars, "code_chars": self.code_chars,
                 "attempt_chars": self.attempt_chars, "max_observation_chars": self.max_observation_chars,
                 "preference_words": self.preference_words, "prompt_format": self.prompt_format,
-                "preference_numbers": self.preference_numbers, "preference_levels": list(self.preference_levels)}
+                "preference_numbers": self.preference_numbers, "preference_levels": list(self.preference_levels),
+                "route_hints": self.route_hints}
 
     def loop_kwargs(self) -> dict[str, Any]:
         """orchestra.agent.loop.AgentLoop's settings: the one mapping the trainer's rollout workers, evaluation,

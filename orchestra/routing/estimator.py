@@ -36,6 +36,7 @@ import numpy as np
 
 from orchestra.routing import select as model_select
 from orchestra.routing.plans import Outcome, Plan
+from orchestra.routing.value import expected_value
 from orchestra.types import Preference, Task
 
 Embed = Callable[[list[str]], np.ndarray]
@@ -76,15 +77,9 @@ class Expected:
 
 def expected_reward(exp: Expected, plans: Sequence[Plan], pref: Preference, cost_scale: float,
                     latency_scale: float) -> np.ndarray:
-    """[tasks, plans] expected `scalar` reward under one preference vector: reward/rubric.scalar_reward is linear
-    in correctness, so its expectation is the same formula with P(correct) for the 0/1 outcome. Written out on
-    arrays here (the core does not import reward/); tests/orchestra/routing/test_estimator.py pins it to
-    scalar_reward."""
-    ev = (pref.get("accuracy", 0.0) * exp.p_correct - pref.get("cost", 0.0) * exp.cost_usd / cost_scale
-          - pref.get("latency", 0.0) * exp.latency_s / latency_scale)
-    tool_terms = np.array([sum(w * plan.tool_counts().get(k[5:], 0) for k, w in pref.items() if k.startswith("tool:"))
-                           for plan in plans])
-    return ev + tool_terms[None, :]
+    """[tasks, plans] expected `scalar` reward under one preference vector (orchestra/routing/value.py)."""
+    return expected_value(exp.p_correct, exp.cost_usd, exp.latency_s, [p.tool_counts() for p in plans], pref,
+                          cost_scale, latency_scale)
 
 
 class RouteEstimator:

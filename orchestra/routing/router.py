@@ -71,6 +71,14 @@ class EstimatorRouter:
     def plan(self, task: Task) -> Plan:
         return self.plans([task])[0]
 
+    def attach_hints(self, tasks: Sequence[Task]) -> None:
+        """Each task's estimates for the policy's prompt (agent.route_hints, orchestra/routing/hints.py)."""
+        from orchestra.routing.hints import attach
+
+        if tasks:
+            attach(tasks, self.estimator.expected(self._x(tasks)), self.estimator.plans, self.cost_scale,
+                   self.latency_scale)
+
     def script(self, task: Task) -> list[str]:
         return self.plan(task).texts()
 

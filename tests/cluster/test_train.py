@@ -89,7 +89,8 @@ def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
     cfg = small_cfg(tmp_path, "sft.teacher=expected_value", "data.n_train=12", "router.explore_tasks=10",
                     "router.folds=2", "sft.vectors=[accuracy-first,balanced,cost-first]", "sft.vectors_sampled=1", "eval.presets=[accuracy-first,balanced,cost-first]",
                     "eval.n_tasks=2", "algo.steps=1", "data.preference_pairs=accuracy-first|cost-first",
-                    "algo.balance_prefs=true", "reward.norm_adv_by_std=false", "eval.sweep=true")
+                    "algo.balance_prefs=true", "reward.norm_adv_by_std=false", "eval.sweep=true",
+                    "agent.route_hints=true")
     trainer = Trainer(cfg)
     try:
         summary = trainer.fit()
@@ -118,6 +119,13 @@ def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
         "RESULT heldout_unseen_adherence", "RESULT train_wall_s", "RESULT rl_gain_ci_low"]
     assert summary["heldout_reward_gain_lo"] <= summary["heldout_reward_gain"] <= summary["heldout_reward_gain_hi"]
     assert [p["cost_weight"] for p in summary["unseen_sweep"]["points"]] == list(SWEEP_COSTS)  # vectors no training used
+    # route hints: every task, training and held-out, carries the router's estimates in the saved task files
+    from orchestra.data.tasks import load_tasks
+    from orchestra.routing.hints import HINT_KEY, hint_text
+
+    for name in ("train", "heldout"):
+        saved = load_tasks(run / "data" / f"{name}.jsonl")
+        assert all(HINT_KEY in t.meta and hint_text(t).startswith("Router: ") for t in saved), name
 
 
 def test_local_backend_refuses_vllm_rollouts_by_name(tmp_path):

@@ -213,3 +213,31 @@ async def test_a_stream_that_broke_after_relaying_is_not_retried(router, fake):
     final = ev[-2]["orchestra"]
     assert final["termination"] == "max_turns" and "not retried" in final["trace"][0]["error"]
     assert final["cost_usd"] > 0  # the broken attempt's output is billed
+
+
+# ---------------------------------------------------------------- route hints for a served policy
+def test_a_served_policy_trained_on_route_hints_reads_its_runs_router(router, tmp_path, monkeypatch):
+    """agent.route_hints: each request's task gets the run's router's estimates, so the model's prompt shows the
+    router's suggestion under the request's own preference; no router under the checkpoint is refused."""
+    from actors.serve.api import ChatRequest
+    from actors.serve.wiring import hint_attacher
+    from orchestra.routing.hints import HINT_KEY, hint_text
+
+    monkeypatch.setattr("tools.retrieval.dense.embed_texts", lambda _model_dir, _dtype: embed)
+    with pytest.raises(ValueError, match="route_hints"):
+        hint_attacher(settings_from_dict({"checkpoint": str(tmp_path / "none")}))
+    router.save(tmp_path)
+    tok = ByteTokenizer()
+    loop = AgentLoop(ScriptedEngine(tok, [call_text("answer", model="answer-2")]), LocalToolClient({}),
+                     Prompter(tok, route_hints=True), eos_token_ids=[tok.eos_token_id])
+    svc = OrchestraService(loop, ["answer"], TIERS,
+                           annotate=hint_attacher(settings_from_dict({"checkpoint": str(tmp_path)})))
+    shown = {}
+    for pref in ("accuracy-first", "cost-first"):
+        t = svc.plan(ChatRequest.model_validate(ask(HARD, pref))).task
+        assert HINT_KEY in t.meta
+        shown[pref] = hint_text(t)
+        assert loop.prompter.first_messages(t)[1]["content"].endswith(shown[pref])
+    # the same estimates, read under each request's preference: the strong tier first, the cheap one last
+    assert shown["accuracy-first"].startswith("Router: answer answer-1 (")
+    assert shown["cost-first"].startswith("Router: answer answer-2 (")

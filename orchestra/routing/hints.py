@@ -1,0 +1,74 @@
+"""Route hints: the estimator router's per-plan estimates shown to the policy in its prompt (`agent.route_hints`).
+
+A 1M-parameter policy cannot read a question well enough to tell which model will get it right: on recorded
+routing logs it learned one plan per preset while its teacher's labels differed per question. The estimator router
+can (a sentence embedding and per-plan fits). So every task carries the router's estimates in
+`task.meta[HINT_KEY]` (P(correct), $ and seconds per plan, and the reward scales), and the prompt shows one line
+computed from them under the task's own preference vector:
+
+    Router: answer answer-2 (likely right).
+
+the plan of highest expected reward, written as the calls the policy would write, and how likely that plan is to
+be right (a word per band of P(correct)). The policy can copy it, which makes it route per question as well as
+its teacher; RL can learn where deviating pays. The line follows the preference, so one task's estimates serve
+every vector it is rolled out under (preference-paired GRPO, sampled vectors).
+
+Whose estimates a task carries (cluster/warm_start.py, cluster/trainer.py, actors/serve/wiring.py): training tasks
+the router was fitted on carry cross-fitted ones (from a fit that never saw the task's own outcomes, as the
+teacher's labels are), other tasks the fitted router's own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from orchestra.routing.value import expected_value
+from orchestra.types import Task
+
+HINT_KEY = "route_estimates"
+# P(correct) bands of the suggested plan, highest first: one word each, so the tiny policy reads a level
+CONFIDENCE = ((0.8, "surely right"), (0.6, "likely right"), (0.4, "unsure"), (0.0, "likely wrong"))
+
+
+def attach(tasks: Sequence[Task], exp: Any, plans: Sequence[Any], cost_scale: float, latency_scale: float) -> None:
+    """Store row i of `exp` (routing.estimator.Expected) in tasks[i].meta[HINT_KEY], the plans being
+    routing.plans.Plan (in place: the caller's task objects carry them on). Duck-typed: the prompt builder imports
+    this module, and the estimator's imports lead back to it."""
+    if len(tasks) != exp.p_correct.shape[0]:
+        raise ValueError(f"route hints: {exp.p_correct.shape[0]} estimate rows for {len(tasks)} tasks")
+    calls = [[list(c) for c in p.calls] for p in plans]
+    for i, task in enumerate(tasks):
+        task.meta[HINT_KEY] = {
+            "plans": [p.name for p in plans], "calls": calls,
+            "p_correct": [round(float(v), 4) for v in exp.p_correct[i]],
+            "cost_usd": [float(f"{v:.4g}") for v in exp.cost_usd[i]],
+            "latency_s": [round(float(v), 3) for v in exp.latency_s[i]],
+            "cost_scale": float(cost_scale), "latency_scale": float(latency_scale)}
+
+
+def suggestion(task: Task) -> tuple[str, list[list[str]], float] | None:
+    """The plan of highest expected reward under `task.pref` (accuracy alone when empty): its name, its
+    (tool, tier) calls and its P(correct); None when the task carries no estimates."""
+    est: dict[str, Any] | None = task.meta.get(HINT_KEY)
+    if not est:
+        return None
+    counts = [Counter(tier for _tool, tier in calls) for calls in est["calls"]]
+    p = np.array([est["p_correct"]], dtype=float)
+    ev = expected_value(p, np.array([est["cost_usd"]], dtype=float), np.array([est["latency_s"]], dtype=float),
+                        counts, task.pref or {"accuracy": 1.0}, est["cost_scale"], est["latency_scale"])[0]
+    best = int(np.argmax(ev))  # ties: the earlier plan, as the router's own choice
+    return est["plans"][best], est["calls"][best], float(p[0, best])
+
+
+def hint_text(task: Task) -> str:
+    """The prompt line ("" without estimates)."""
+    found = suggestion(task)
+    if found is None:
+        return ""
+    _name, calls, p = found
+    word = next(w for bound, w in CONFIDENCE if p >= bound)
+    return "Router: " + ", then ".join(f"{tool} {tier}" for tool, tier in calls) + f" ({word})."
