@@ -45,13 +45,19 @@ def quality_figures(rows: list[dict[str, Any]], orchestrator: str = "orchestrato
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| policy | preference | n | accuracy | cost (¢) | latency (s) | score | top tools |",
+    """One row per (policy, preference); every figure with its 95 % interval [lo, hi] as computed (Wilson for
+    accuracy, bootstrap for the rest: neither is symmetric, so no ±)."""
+    lines = ["| policy | preference | n | accuracy [95 %] | cost (¢) [95 %] | latency (s) [95 %] | score [95 %] | top tools |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
+
+    def cell(r: dict[str, Any], key: str, fmt: str) -> str:
+        return f"{r[key]:{fmt}} [{r[key + '_lo']:{fmt}}, {r[key + '_hi']:{fmt}}]"
+
     for r in rows:
         mix = ", ".join(f"{k} {v:.0%}" for k, v in sorted(r["tool_mix"].items(), key=lambda kv: -kv[1])[:3])
-        lines.append(f"| {r['policy']} | {r['preference']} | {r['n']} | {r['accuracy']:.3f} ± {r['accuracy_ci']:.3f} "
-                     f"| {r['cost_cents']:.3f} ± {r['cost_cents_ci']:.3f} | {r['latency_s']:.2f} ± {r['latency_s_ci']:.2f} "
-                     f"| {r['score']:.3f} ± {r['score_ci']:.3f} | {mix} |")
+        lines.append(f"| {r['policy']} | {r['preference']} | {r['n']} | {cell(r, 'accuracy', '.3f')} "
+                     f"| {cell(r, 'cost_cents', '.3f')} | {cell(r, 'latency_s', '.2f')} | {cell(r, 'score', '.3f')} "
+                     f"| {mix} |")
     return "\n".join(lines) + "\n"
 
 

@@ -31,6 +31,13 @@ SMOKE = {  # script -> (arguments for seconds-long sizes, RESULT names it must p
     "tool_server.py": (["--calls", "50", "--inflight", "8"], {"tool_server_overhead_p50_ms"}),
     "serve.py": (["--smoke"], {"router_overhead_p50_ms", "router_pick_p50_ms"}),
     "retrieval.py": (["--smoke"], {"retrieval_build_s_per_1k", "hybrid_qps"}),
+    # two toy runs of cpu_tiny's recipe (exhaustive and partial exploration), one seed
+    "rl_value.py": (["seeds=1", "partial=0.5", "runs={tmp}", "data.n_train=12",
+                     "data.n_heldout=4", "eval.n_tasks=2", "router.folds=2", "sft.steps=4", "sft.vectors_sampled=1",
+                     "algo.steps=1", "algo.group_size=2", "algo.prompts_per_step=2", "eval.sweep=false",
+                     "log.replay_weights=false", "log.tensorboard=false", "log.plots=false",
+                     "checkpoint.every_steps=1", "cluster.torch_threads=1"],
+                    {"rl_gain", "rl_gain_ci_low", "rl_spend_ratio", "rl_partial_vs_warm_start"}),
 }
 # covered elsewhere, with why: each needs more than seconds or a second venv
 ELSEWHERE = {"gpu_smoke.py": "tests/bench/test_gpu_smoke.py runs its --smoke mode",
@@ -46,8 +53,9 @@ def test_every_bench_script_has_a_smoke_run():
 
 
 @pytest.mark.parametrize("script", sorted(SMOKE))
-def test_bench_smoke_prints_its_figures(script):
+def test_bench_smoke_prints_its_figures(script, tmp_path):
     args, names = SMOKE[script]
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]  # a script's own output dir
     r = subprocess.run([sys.executable, f"bench/{script}", *args], cwd=ROOT, capture_output=True, text=True,
                        timeout=280)
     assert r.returncode == 0, r.stderr[-3000:]

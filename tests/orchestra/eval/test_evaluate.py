@@ -156,7 +156,10 @@ def test_tiny_run_report_and_resume(sim_setup, tmp_path):
     assert report["quality"]["monotone"] == 1.0  # the stand-in's $ falls as the cost weight rises
     assert (tmp_path / "out" / "pareto.png").stat().st_size > 1000
     assert (tmp_path / "out" / "tool_mix.png").stat().st_size > 1000
-    assert "| strongest | balanced |" in (tmp_path / "out" / "report.md").read_text()
+    md = (tmp_path / "out" / "report.md").read_text()
+    # each figure with its own interval, as computed (Wilson / bootstrap: not symmetric, so not ±)
+    acc = f"{strong['accuracy']:.3f} [{strong['accuracy_lo']:.3f}, {strong['accuracy_hi']:.3f}]"
+    assert f"| strongest | balanced | {strong['n']} | {acc} |" in md and "±" not in md
 
 
 def test_plot_training(tmp_path):
