@@ -37,6 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from actors.serve.binding import run_config
 from cluster.eval_policies import all_failed, estimator_router, policy_engines, policy_tokenizer, run_router
 from cluster.runs import newest_run
 from cluster.tau2_eval import run_tau2
@@ -51,6 +52,16 @@ def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     """(this entry point's own keys, config overrides): orchestra/config/cli.py's grammar."""
     cli = parse_cli(argv, "cluster.evaluate", own=OWN)
     return cli.own, cli.overrides
+
+
+def adopt_run_config(own: dict[str, str], overrides: list[str]) -> list[str]:
+    """The overrides with the evaluated checkpoint's own config first (`experiment=<run>/config.yaml`): the
+    settings its policy was trained with (prompt rendering, route hints, tiers, data), as Serve adopts them, the
+    command line's overrides on top. Unchanged when an experiment is named or the checkpoint has no config."""
+    saved = run_config(own["checkpoint"]) if own.get("checkpoint") else None
+    if saved is None or any(o.startswith("experiment=") for o in overrides):
+        return overrides
+    return [f"experiment={saved}", *overrides]
 
 
 def heldout_tasks(cfg: Any, dataset: str, n: int) -> tuple[list, list]:
@@ -175,6 +186,14 @@ def main(argv: list[str] | None = None) -> int:
         own["checkpoint"] = str(run)
         own.setdefault("out", str(run / "eval"))
         print(f"evaluating the newest trained run, {run} ({cfg.name}); checkpoint=PATH picks another")
+    adopted = adopt_run_config(own, overrides)
+    if adopted != overrides:
+        try:
+            cfg = load_config(adopted)
+        except ConfigError as e:
+            print(f"config error: {e}", file=sys.stderr)
+            return 2
+        print(f"config: the run's own ({adopted[0].split('=', 1)[1]}); experiment=NAME evaluates under another")
     ev, tasks, policies, prefs, seeds, out = build(cfg, own)
     out.mkdir(parents=True, exist_ok=True)
     console = Console()

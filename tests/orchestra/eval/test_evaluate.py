@@ -196,3 +196,23 @@ def test_scripted_plans_run_on_every_task(sim_setup):
         assert r["tool_counts"] == {"answer-math-2" if r["policy"] == "math-7b" else "answer-1": 1}
     cost = {p: sum(r["cost_usd"] for r in recs if r["policy"] == p) for p in plans}
     assert cost["gpt-5"] > 10 * cost["math-7b"] > 0
+
+
+def test_make_eval_evaluates_a_checkpoint_under_the_config_it_was_trained_with(tmp_path):
+    """A run's saved config.yaml comes first (its prompt rendering, route hints, tiers), the command line's
+    overrides on top; a named experiment or a checkpoint without a config leaves the overrides alone."""
+    from cluster.evaluate import adopt_run_config
+    from orchestra.config import load_config
+    from orchestra.config.load import to_yaml
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_000001").mkdir(parents=True)
+    (run / "config.yaml").write_text(to_yaml(load_config(["experiment=cpu_tiny", "agent.route_hints=true"])))
+    ckpt = str(run / "checkpoints" / "step_000001")
+    adopted = adopt_run_config({"checkpoint": ckpt}, ["eval.n_tasks=3"])
+    assert adopted == [f"experiment={run / 'config.yaml'}", "eval.n_tasks=3"]
+    cfg = load_config(adopted)
+    assert cfg.agent.route_hints and cfg.eval.n_tasks == 3 and cfg.agent.preference_numbers is False
+    assert adopt_run_config({"checkpoint": ckpt}, ["experiment=cpu_tiny"]) == ["experiment=cpu_tiny"]
+    assert adopt_run_config({"checkpoint": str(tmp_path / "elsewhere")}, []) == []
+    assert adopt_run_config({}, ["a=1"]) == ["a=1"]
