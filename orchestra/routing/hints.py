@@ -6,10 +6,12 @@ can (a sentence embedding and per-plan fits). So every task carries the router's
 `task.meta[HINT_KEY]` (P(correct), $ and seconds per plan, and the reward scales), and the prompt shows one line
 computed from them under the task's own preference vector:
 
-    Router: answer answer-2 (likely right).
+    Router (likely right): answer answer-2.
 
 the plan of highest expected reward, written as the calls the policy would write, and how likely that plan is to
-be right (a word per band of P(correct)). The policy can copy it, which makes it route per question as well as
+be right (a word per band of P(correct)). The plan comes last, so its tier id stands at a fixed distance from the
+policy's own tool call: a 2-layer policy shown "Router: answer answer-2 (likely right)." on MMLU-Pro questions
+did not learn to copy it (every held-out question went to the majority tier under every preset). The policy can copy it, which makes it route per question as well as
 its teacher; RL can learn where deviating pays. The line follows the preference, so one task's estimates serve
 every vector it is rolled out under (preference-paired GRPO, sampled vectors).
 
@@ -71,4 +73,4 @@ def hint_text(task: Task) -> str:
         return ""
     _name, calls, p = found
     word = next(w for bound, w in CONFIDENCE if p >= bound)
-    return "Router: " + ", then ".join(f"{tool} {tier}" for tool, tier in calls) + f" ({word})."
+    return f"Router ({word}): " + ", then ".join(f"{tool} {tier}" for tool, tier in calls) + "."

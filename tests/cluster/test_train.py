@@ -125,7 +125,7 @@ def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
 
     for name in ("train", "heldout"):
         saved = load_tasks(run / "data" / f"{name}.jsonl")
-        assert all(HINT_KEY in t.meta and hint_text(t).startswith("Router: ") for t in saved), name
+        assert all(HINT_KEY in t.meta and hint_text(t).startswith("Router (") for t in saved), name
 
 
 def test_local_backend_refuses_vllm_rollouts_by_name(tmp_path):

@@ -239,5 +239,5 @@ def test_a_served_policy_trained_on_route_hints_reads_its_runs_router(router, tm
         shown[pref] = hint_text(t)
         assert loop.prompter.first_messages(t)[1]["content"].endswith(shown[pref])
     # the same estimates, read under each request's preference: the strong tier first, the cheap one last
-    assert shown["accuracy-first"].startswith("Router: answer answer-1 (")
-    assert shown["cost-first"].startswith("Router: answer answer-2 (")
+    assert shown["accuracy-first"].endswith("): answer answer-1.")
+    assert shown["cost-first"].endswith("): answer answer-2.")

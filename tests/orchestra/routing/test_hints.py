@@ -44,7 +44,7 @@ def test_the_hint_is_the_routers_choice_under_each_tasks_own_preference():
     balanced = [suggestion(dataclasses.replace(t, pref=dict(PRESETS["balanced"])))[0] for t in tasks]
     assert balanced[0] == "answer-2" and balanced[1] != "answer-2"
     text = hint_text(dataclasses.replace(tasks[1], pref=dict(PRESETS["accuracy-first"])))
-    assert text == "Router: answer answer-1 (surely right)."
+    assert text == "Router (surely right): answer answer-1."
     assert hint_text(Task(id="x", problem="no estimates", answer="")) == ""
 
 
@@ -54,7 +54,7 @@ def test_the_prompt_shows_the_hint_only_when_asked_and_it_survives_serialisation
     assert HINT_KEY in task.meta
     tok = ByteTokenizer()
     shown = Prompter(tok, route_hints=True).first_messages(task)[1]["content"]
-    assert shown.endswith(hint_text(task)) and hint_text(task).startswith("Router: ")
+    assert shown.endswith(hint_text(task)) and hint_text(task).startswith("Router (")
     assert "Router:" not in Prompter(tok).first_messages(task)[1]["content"]
     again = Prompter(tok, route_hints=True).reprompt_user(task, ["a document"], [], [])["content"]
     assert hint_text(task) in again
