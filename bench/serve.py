@@ -15,7 +15,8 @@ not model time. Measured side by side in one run:
 Prints `RESULT serve_overhead_p50_ms=...` (goal <= 15), `RESULT serve_overhead_p99_ms=...`,
 `RESULT serve_load_errors=...` (must be 0), the load throughput, `RESULT router_overhead_p50_ms=...` and
 `RESULT router_pick_p50_ms=...` (the part of it that is the router's choice: embedding + estimator).
-`--router-only` runs step 4 alone (no Ray); `--smoke` step 4 with 10 pairs (tests).
+`--router-only` runs step 4 alone (no Ray); `--smoke` step 4 with 10 pairs (tests); `--embed-dtype=float32` embeds
+in another precision than a run's default (router.embed_dtype) in step 4.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ async def load(url: str) -> tuple[int, int, float]:
     return errors, CLIENTS * PER_CLIENT, wall
 
 
-def router_service(base_url: str):
+def router_service(base_url: str, embed_dtype: str = ""):
     """Router mode over two OpenAI-compatible experts at `base_url` -> (service, the weak tier's expert)."""
     import random
 
@@ -132,7 +133,7 @@ def router_service(base_url: str):
     from orchestra.config.schema import RouterConfig
 
     # what a served router embeds with: all-MiniLM-L6-v2 at a run's default precision (router.embed_dtype)
-    features = TaskFeatures(embed_texts("", RouterConfig().embed_dtype))
+    features = TaskFeatures(embed_texts("", embed_dtype or RouterConfig().embed_dtype))
     router = EstimatorRouter(RouteEstimator(plans).fit(features(tasks), [t.id for t in tasks], outcomes), features,
                              cost_scale=0.01, latency_scale=10.0)
     experts = {name: OpenAIExpert(name, "gpt-5-mini", PriceTable(), base_url=base_url, max_tokens=64, retries=0)
@@ -166,7 +167,7 @@ async def router_pairs(svc, expert, n: int, warmup: int = 10) -> tuple[list[floa
     return bare, routed
 
 
-def router_overhead(n: int = N_ROUTER) -> None:
+def router_overhead(n: int = N_ROUTER, embed_dtype: str = "") -> None:
     import torch
 
     from tests.helpers.fake_openai import FakeOpenAI
@@ -180,7 +181,7 @@ def router_overhead(n: int = N_ROUTER) -> None:
         return "The answer is \\boxed{42}"
 
     with FakeOpenAI(reply) as fake:
-        svc, expert = router_service(fake.base_url)
+        svc, expert = router_service(fake.base_url, embed_dtype)
         pick, picks = svc.router, []
 
         def timed(task):  # the router's own share: embedding the problem + the estimator's choice
@@ -200,7 +201,8 @@ def router_overhead(n: int = N_ROUTER) -> None:
 
 def main() -> None:
     smoke = "--smoke" in sys.argv  # 10 router pairs, no Serve: a seconds-long check that the script runs
-    router_overhead(10 if smoke else N_ROUTER)  # first, in-process: before Ray's processes share the CPUs
+    dtype = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--embed-dtype=")), "")
+    router_overhead(10 if smoke else N_ROUTER, dtype)  # first, in-process: before Ray's processes share the CPUs
     if "--router-only" in sys.argv or smoke:
         return
     import ray
