@@ -125,7 +125,7 @@ class AgentConfig:
     # empty: orchestra.agent.prompt.LEVELS'
     preference_levels: list[float] = field(default_factory=list)
     # the estimator router's suggested plan under the task's preference, shown after the preference
-    # ("Router (likely right): answer answer-2.", orchestra/routing/hints.py): per-question routing a tiny policy
+    # ("Router (odds high): answer answer-2.", orchestra/routing/hints.py): per-question routing a tiny policy
     # can copy and RL can deviate from. Needs sft.teacher=expected_value (its router); the local backend and Serve
     # attach the estimates; the verl backend does not yet
     route_hints: bool = False

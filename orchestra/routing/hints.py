@@ -6,12 +6,14 @@ can (a sentence embedding and per-plan fits). So every task carries the router's
 `task.meta[HINT_KEY]` (P(correct), $ and seconds per plan, and the reward scales), and the prompt shows one line
 computed from them under the task's own preference vector:
 
-    Router (likely right): answer answer-2.
+    Router (odds high): answer answer-2.
 
 the plan of highest expected reward, written as the calls the policy would write, and how likely that plan is to
-be right (a word per band of P(correct)). The plan comes last, so its tier id stands at a fixed distance from the
-policy's own tool call: a 2-layer policy shown "Router: answer answer-2 (likely right)." on MMLU-Pro questions
-did not learn to copy it (every held-out question went to the majority tier under every preset). The policy can copy it, which makes it route per question as well as
+be right (one single-token word per band of P(correct)). The line has a fixed length for one-call plans and the
+plan comes last, so the tier id stands at a fixed distance from the policy's own tool call, and the preference
+words above it at a fixed distance too: a 2-layer policy reads by position. Shown "Router: answer answer-2 (likely
+right)." (a length that varied with the word) on MMLU-Pro questions, it routed every held-out question to the
+majority tier under every preset, where without the line it had at least told accuracy-first apart. The policy can copy it, which makes it route per question as well as
 its teacher; RL can learn where deviating pays. The line follows the preference, so one task's estimates serve
 every vector it is rolled out under (preference-paired GRPO, sampled vectors).
 
@@ -32,8 +34,9 @@ from orchestra.routing.value import expected_value
 from orchestra.types import Task
 
 HINT_KEY = "route_estimates"
-# P(correct) bands of the suggested plan, highest first: one word each, so the tiny policy reads a level
-CONFIDENCE = ((0.8, "surely right"), (0.6, "likely right"), (0.4, "unsure"), (0.0, "likely wrong"))
+# P(correct) bands of the suggested plan, highest first: one token each in the tiny tokenizer (the preference's
+# level words), so every one-call hint has the same length
+CONFIDENCE = ((0.8, "high"), (0.6, "medium"), (0.4, "low"), (0.0, "minimal"))
 
 
 def attach(tasks: Sequence[Task], exp: Any, plans: Sequence[Any], cost_scale: float, latency_scale: float) -> None:
@@ -73,4 +76,4 @@ def hint_text(task: Task) -> str:
         return ""
     _name, calls, p = found
     word = next(w for bound, w in CONFIDENCE if p >= bound)
-    return f"Router ({word}): " + ", then ".join(f"{tool} {tier}" for tool, tier in calls) + "."
+    return f"Router (odds {word}): " + ", then ".join(f"{tool} {tier}" for tool, tier in calls) + "."

@@ -44,7 +44,7 @@ def test_the_hint_is_the_routers_choice_under_each_tasks_own_preference():
     balanced = [suggestion(dataclasses.replace(t, pref=dict(PRESETS["balanced"])))[0] for t in tasks]
     assert balanced[0] == "answer-2" and balanced[1] != "answer-2"
     text = hint_text(dataclasses.replace(tasks[1], pref=dict(PRESETS["accuracy-first"])))
-    assert text == "Router (surely right): answer answer-1."
+    assert text == "Router (odds high): answer answer-1."
     assert hint_text(Task(id="x", problem="no estimates", answer="")) == ""
 
 
@@ -68,3 +68,20 @@ def test_route_hints_need_the_expected_value_teacher():
     with pytest.raises(ConfigError, match="agent.route_hints"):
         load_config(["agent.route_hints=true", "sft.teacher=random"])
     assert load_config(["experiment=cpu_tiny", "agent.route_hints=true"]).agent.route_hints
+
+
+def test_one_call_hints_have_one_length_in_the_tiny_tokenizer():
+    """The tiny policy reads by position: every band's word is one token, so the tier id and the preference words
+    above the hint keep their distance from the policy's tool call whatever the odds."""
+    from orchestra.config import load_config
+    from orchestra.policy.models import load_tokenizer
+    from orchestra.routing.hints import CONFIDENCE
+
+    m = load_config(["experiment=cpu_tiny"]).model
+    tok = load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+    lengths = set()
+    for p in [bound + 0.01 for bound, _word in CONFIDENCE]:
+        task = Task(id="t", problem="q", answer="", pref=dict(PRESETS["accuracy-first"]))
+        attach([task], Expected(np.array([[p]]), np.array([[0.01]]), np.array([[1.0]])), PLANS[:1], 0.01, 10.0)
+        lengths.add(len(tok.encode(hint_text(task), add_special_tokens=False)))
+    assert len(lengths) == 1
