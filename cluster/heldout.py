@@ -187,6 +187,17 @@ def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, token
             "rewards": rewards}
 
 
+def add_interval(summary: dict[str, Any], key: str, a: dict[str, Any], b: dict[str, Any], what: str) -> str:
+    """`<key>_lo` / `<key>_hi` in `summary`: the paired bootstrap 95 % interval of a − b (`paired_gain`), and the
+    line saying so ("" when there are no rewards to pair)."""
+    gain = paired_gain(a, b)
+    if not gain:
+        return ""
+    summary[f"{key}_lo"], summary[f"{key}_hi"] = gain["lo"], gain["hi"]
+    return (f"held-out {what}: {gain['diff']:+.4f} [{gain['lo']:+.4f}, {gain['hi']:+.4f}] (paired bootstrap 95 %, "
+            f"{gain['tasks']:.0f} tasks x {gain['presets']} presets)")
+
+
 def paired_gain(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float]:
     """Held-out score of evaluation `a` minus `b` (each a summary with `rewards`) with its paired bootstrap 95 %
     interval (orchestra/eval/stats.py): paired per (preset, task), a task's seeds averaged and its presets

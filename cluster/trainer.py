@@ -38,7 +38,7 @@ from cluster.progress import (
 )
 from cluster.records import EpisodeRecorder
 from cluster.rollouts import Dispatch, TaskSampler, step_requests
-from cluster.warm_start import warm_start
+from cluster.warm_start import hint_heldout, warm_start
 from orchestra.agent.loop import episode_samples
 from orchestra.config import ExperimentConfig, task_tiers, to_yaml
 from orchestra.data.sources import build_task_set
@@ -94,7 +94,7 @@ class Trainer:
             with self.phases("sft"):
                 summary.update(self.sft())
                 if c.agent.route_hints:
-                    self._route_hints()
+                    hint_heldout(self.dir, self.train, self.heldout)
             self.sync_weights()
             with self.phases("eval"):
                 summary["after_sft"] = self.evaluate("sft")
@@ -283,29 +283,19 @@ class Trainer:
         self.sampler = TaskSampler(self.train, self.cfg.algo.prompts_per_step, self.cfg.seed)
         (self.dir / "config.yaml").write_text(to_yaml(self.cfg))
 
-    def _route_hints(self) -> None:
-        """agent.route_hints: held-out tasks get the fitted router's estimates (training tasks got theirs in the
-        warm start, cross-fitted); both task files are rewritten, so a resumed run and `make eval` read the same."""
-        from orchestra.routing.router import EstimatorRouter
-        from tools.retrieval.dense import embed_texts
-
-        EstimatorRouter.load(self.dir, embed_texts).attach_hints(self.heldout)
-        save_tasks(self.train, self.dir / "data" / "train.jsonl")
-        save_tasks(self.heldout, self.dir / "data" / "heldout.jsonl")
-
     # ------------------------------------------------------------------ the end
     def _finish(self, summary: dict[str, Any]) -> dict[str, Any]:
         sft, rl = summary.get("after_sft", {}), summary["after_rl"]
         if sft:
             summary["heldout_reward_gain"] = rl["score"] - sft["score"]
-            self._interval(summary, "heldout_reward_gain", heldout.paired_gain(rl, sft), "RL over its warm start")
+            self.console.print(heldout.add_interval(summary, "heldout_reward_gain", rl, sft, "RL over its warm start"))
         for key in ("pref_spread", "monotone", "format_ok"):
             if key in rl:
                 summary[f"heldout_{key}"] = rl[key]
         if summary.get("router"):
             summary["heldout_vs_estimator"] = rl["score"] - summary["router"]["score"]
-            self._interval(summary, "heldout_vs_estimator", heldout.paired_gain(rl, summary["router"]),
-                           "the policy minus the estimator router")
+            self.console.print(heldout.add_interval(summary, "heldout_vs_estimator", rl, summary["router"],
+                                                    "the policy minus the estimator router"))
         if summary.get("unseen_sweep"):
             summary["heldout_unseen_adherence"] = summary["unseen_sweep"]["adherence"]
             self.console.print("held-out, unseen sweep (cost weight: ¢, accuracy): " + ", ".join(
@@ -335,14 +325,6 @@ class Trainer:
         for line in preset_lines(sft, rl, summary.get("router", {})):
             self.console.print(line)
         return summary
-
-    def _interval(self, summary: dict[str, Any], key: str, gain: dict[str, float], what: str) -> None:
-        """`<key>_lo` / `<key>_hi`: the paired bootstrap 95 % interval of a held-out difference, and one line."""
-        if not gain:
-            return
-        summary[f"{key}_lo"], summary[f"{key}_hi"] = gain["lo"], gain["hi"]
-        self.console.print(f"held-out {what}: {gain['diff']:+.4f} [{gain['lo']:+.4f}, {gain['hi']:+.4f}] (paired "
-                           f"bootstrap 95 %, {gain['tasks']:.0f} tasks x {gain['presets']} presets)")
 
     def _engine_report(self) -> dict[str, float]:
         """The rollout engines' counters over the run (evaluations included), summed over workers, and one

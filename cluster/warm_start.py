@@ -133,6 +133,18 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                      "teacher_mix": {k: dict(v) for k, v in mix.items()}}
 
 
+def hint_heldout(run_dir: Path, train: list[Task], heldout: list[Task]) -> None:
+    """agent.route_hints: held-out tasks get the fitted router's estimates (training tasks got theirs in
+    `teacher_samples`, cross-fitted); both task files are rewritten, so a resumed run and `make eval` read the same."""
+    from orchestra.data.tasks import save_tasks
+    from orchestra.routing.router import EstimatorRouter
+    from tools.retrieval.dense import embed_texts
+
+    EstimatorRouter.load(run_dir, embed_texts).attach_hints(heldout)
+    save_tasks(train, Path(run_dir) / "data" / "train.jsonl")
+    save_tasks(heldout, Path(run_dir) / "data" / "heldout.jsonl")
+
+
 def warm_start_policy(cfg: Any, tool_handles: dict[str, Any], tasks: list[Task], out_dir: str | Path,
                       console: Any) -> dict[str, float]:
     """The warm start as the first stage of a verl job (`verl.warm_start=true`, cluster/verl_job.py): a local
