@@ -44,10 +44,14 @@ def main(argv: list[str] | None = None) -> int:
 
         return verl_main(overrides)
     from cluster.trainer import Trainer
+    from orchestra.rundir.checkpoint import ResumeError
 
     trainer = Trainer(cfg)
     try:
         summary = trainer.fit()
+    except ResumeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     finally:
         trainer.close()
     for line in result_lines(summary):

@@ -206,6 +206,11 @@ class Trainer:
                                keep=self.cfg.checkpoint.keep)
 
     def restore(self, path: Path) -> tuple[int, dict[str, Any]]:
+        from orchestra.policy.models import load_tokenizer
+
+        m = self.cfg.model
+        checkpoint.check_resumable(path, load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir,
+                                                        chat_template=m.chat_template))
         ray.get(self.learner.load.remote(str(path / "learner")))
         ray.get(self.reward.load_state.remote(json.loads((path / "reward_state.json").read_text())))
         self.records.kept_versions.clear()  # versions after this checkpoint will be re-made, perhaps with other weights

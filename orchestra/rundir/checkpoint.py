@@ -133,6 +133,37 @@ def model_dir(path: str | Path) -> Path:
     raise ValueError(f"{p} is neither an HF checkpoint (config.json) nor a run/checkpoint dir holding one")
 
 
+def tokenizer_mismatch(path: Path, tokenizer: Any) -> str | None:
+    """Why a checkpoint's saved tokenizer (`<path>/learner/`) is not `tokenizer`, or None when they agree or the
+    checkpoint saved none. The tiny tokenizer is trained on the project's own text, so a code change (a zoo file,
+    the system prompt) builds another one: resuming a run saved before it would feed the old weights other
+    token ids (measured: format_ok 0 on every step after resuming a good step-0 checkpoint)."""
+    saved = path / "learner"
+    if not (saved / "tokenizer.json").is_file():
+        return None
+    from transformers import AutoTokenizer
+
+    old = AutoTokenizer.from_pretrained(str(saved), local_files_only=True).get_vocab()
+    new = tokenizer.get_vocab()
+    if old == new:
+        return None
+    differ = sum(old.get(t) != i for t, i in new.items()) + len(set(old) - set(new))
+    return (f"{path} was saved with another tokenizer than this code builds ({len(old)} vs {len(new)} tokens, "
+            f"{differ} differ): its weights would read other token ids")
+
+
+class ResumeError(RuntimeError):
+    """A checkpoint this code cannot continue training from (cluster/train.py prints it as one line)."""
+
+
+def check_resumable(path: Path, tokenizer: Any) -> None:
+    """ResumeError when `tokenizer_mismatch`: training on would only produce garbage, reported as progress."""
+    why = tokenizer_mismatch(path, tokenizer)
+    if why:
+        raise ResumeError(f"cannot resume: {why}. Train in a new run dir (run_dir=...) or resume with the code "
+                          "the run was trained with")
+
+
 def read_meta(path: Path) -> dict[str, Any]:
     return json.loads((path / "meta.json").read_text())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,27 @@ def test_servable_dir_leaves_out_the_learners_reference(tmp_path):
                                                                        "tokenizer.json"]
     assert (out / "model.safetensors").read_text() == "model.safetensors"  # links to the learner's own files
     assert servable_dir(out) == out  # a clean dir is served as it is
+
+
+def test_a_checkpoint_saved_with_another_tokenizer_is_not_resumed(tmp_path):
+    """The tiny tokenizer is trained on the project's text, so new code can build another one: resuming a run
+    saved before would feed its weights other token ids. The same tokenizer, or none saved, resumes."""
+    from orchestra.config import load_config
+    from orchestra.policy.models import load_tokenizer
+    from orchestra.rundir.checkpoint import ResumeError, check_resumable, tokenizer_mismatch
+
+    m = load_config([]).model
+    tok = load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+    same, other, none = tmp_path / "same", tmp_path / "other", tmp_path / "none"
+    for d in (same, other):
+        tok.save_pretrained(str(d / "learner"))
+    (none / "learner").mkdir(parents=True)
+    spec = json.loads((other / "learner" / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[300:302]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # two ids swapped: what a retrained vocabulary does at scale
+    (other / "learner" / "tokenizer.json").write_text(json.dumps(spec))
+    assert tokenizer_mismatch(same, tok) is None and tokenizer_mismatch(none, tok) is None
+    check_resumable(same, tok)
+    with pytest.raises(ResumeError, match=r"another tokenizer .* 2 differ"):
+        check_resumable(other, tok)
