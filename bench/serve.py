@@ -112,6 +112,7 @@ def router_service(base_url: str, embed_dtype: str = ""):
     from actors.serve.service import OrchestraService
     from orchestra.agent.loop import AgentLoop
     from orchestra.agent.prompt import Prompter
+    from orchestra.config.schema import RouterConfig
     from orchestra.routing.estimator import RouteEstimator, TaskFeatures
     from orchestra.routing.plans import Outcome, Plan
     from orchestra.routing.router import EstimatorRouter
@@ -130,8 +131,6 @@ def router_service(base_url: str, embed_dtype: str = ""):
     p_right = {"answer-1": {"easy": 0.95, "hard": 0.95}, "answer-2": {"easy": 0.9, "hard": 0.3}}
     outcomes = [Outcome(t.id, p.name, rng.random() < p_right[p.name][t.problem.split()[0]],
                         0.02 if p.name == "answer-1" else 0.0001, 1.0) for t in tasks for p in plans]
-    from orchestra.config.schema import RouterConfig
-
     # what a served router embeds with: all-MiniLM-L6-v2 at a run's default precision (router.embed_dtype)
     features = TaskFeatures(embed_texts("", embed_dtype or RouterConfig().embed_dtype))
     router = EstimatorRouter(RouteEstimator(plans).fit(features(tasks), [t.id for t in tasks], outcomes), features,

@@ -2,8 +2,8 @@
 (cluster/evaluate.py) and τ² (cluster/tau2_eval.py) share.
 
 `policy_tokenizer` and `policy_engines` load the evaluated checkpoint (`checkpoint=`) and the untrained base
-(`base=true`) as in-process HF engines; `estimator_router` loads the estimator router (orchestra/routing/) as a
-policy; `all_failed` is the message to stop with when every episode ended in an error (a report of zeros would
+(`base=true`) as in-process HF engines; `run_router` loads the estimator router (orchestra/routing/), a
+policy of its own; `all_failed` is the message to stop with when every episode ended in an error (a report of zeros would
 read as a bad policy). The fixed baselines are orchestra/eval/baselines.py's.
 """
 
@@ -56,19 +56,9 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
     return engines
 
 
-def estimator_router(own: dict[str, str]) -> dict[str, Any]:
-    """{"estimator": its script function} when asked for (own `estimator`) or when the evaluated checkpoint's run
-    has a fitted router (`<run_dir>/router/`, written by an expected-value warm start); else {}."""
-    spec = own.get("estimator")
-    if spec is not None and not spec:
-        return {}
-    router = run_router(own)
-    return {"estimator": router.script} if router is not None else {}
-
-
 def run_router(own: dict[str, str]) -> Any:
     """The EstimatorRouter of own `estimator` (a run dir; an error when it has none) or else of the evaluated
-    checkpoint's run; None when neither has one."""
+    checkpoint's run (`<run_dir>/router/`, written by an expected-value warm start); None when neither has one."""
     from orchestra.routing.router import EstimatorRouter, find_router, has_router
     from tools.retrieval.dense import embed_texts
 

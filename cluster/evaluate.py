@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.serve.binding import run_config
-from cluster.eval_policies import all_failed, estimator_router, policy_engines, policy_tokenizer, run_router
+from cluster.eval_policies import all_failed, policy_engines, policy_tokenizer, run_router
 from cluster.runs import newest_run
 from cluster.tau2_eval import run_tau2
 from orchestra.config import ConfigError, task_tiers
@@ -113,8 +113,10 @@ def build(cfg: Any, own: dict[str, str]):
     seeds = list(range(int(own.get("seeds", cfg.eval.seeds))))
     tok = policy_tokenizer(cfg, own)
     prompter = Prompter(tok, **a.prompter_kwargs())
+    # the run's estimator router, loaded once: a policy of its own (unless estimator= turns it off) and, with
+    # route hints, what the policy reads
+    router = run_router(own) if a.route_hints or own.get("estimator") != "" else None
     if a.route_hints:  # the policy was trained reading its run's router's suggestion: the same router's here
-        router = run_router(own)
         if router is None:
             raise SystemExit("agent.route_hints=true: the policy reads its run's estimator router, and no router "
                              "was found next to the checkpoint (pass estimator=<run dir>)")
@@ -130,7 +132,7 @@ def build(cfg: Any, own: dict[str, str]):
     default = [b for b in BASELINES if b != "oracle" or replay]
     policies = [b for b in own.get("baselines", ",".join(default)).split(",") if b]
     engines = policy_engines(cfg, own, tok)
-    routers = estimator_router(own)
+    routers = {"estimator": router.script} if router is not None and own.get("estimator") != "" else {}
     if routers:
         policies.insert(0, "estimator")
     if "orchestrator" in engines:

@@ -76,7 +76,8 @@ def build_service(settings: ServeSettings) -> OrchestraService:
                             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                             max_tokens_limit=settings.max_tokens_limit,
                             router=router_engine(settings, tok, eos, task_tiers(cfg)),
-                            annotate=hint_attacher(settings) if a.route_hints else None)
+                            # only the model reads hints: router policies would embed each request twice
+                            annotate=hint_attacher(settings) if a.route_hints and settings.policy == "model" else None)
 
 
 def hint_attacher(settings: ServeSettings) -> Any:

@@ -11,10 +11,10 @@ computed from them under the task's own preference vector:
 the plan of highest expected reward, written as the calls the policy would write, and how likely that plan is to
 be right (one single-token word per band of P(correct)). The line has a fixed length for one-call plans and the
 plan comes last, so the tier id stands at a fixed distance from the policy's own tool call, and the preference
-words above it at a fixed distance too: a 2-layer policy reads by position. Shown "Router: answer answer-2 (likely
-right)." (a length that varied with the word) on MMLU-Pro questions, it routed every held-out question to the
-majority tier under every preset, where without the line it had at least told accuracy-first apart. The policy can copy it, which makes it route per question as well as
-its teacher; RL can learn where deviating pays. The line follows the preference, so one task's estimates serve
+words above it at a fixed distance too: a 2-layer policy reads by position. The intent: a policy that copies the
+line routes per question as well as its teacher, and RL learns where deviating pays. Measured (docs/quality.md,
+"Per-question routing by the policy"): the tiny policy did not copy it in training on either zoo, in this
+rendering or in an earlier one of varying length. The line follows the preference, so one task's estimates serve
 every vector it is rolled out under (preference-paired GRPO, sampled vectors).
 
 Whose estimates a task carries (cluster/warm_start.py, cluster/trainer.py, actors/serve/wiring.py): training tasks

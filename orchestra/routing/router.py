@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from orchestra.routing.estimator import Expected, RouteEstimator, TaskFeatures, expected_reward
+from orchestra.routing.hints import attach
 from orchestra.routing.plans import Plan
 from orchestra.types import Task
 
@@ -73,8 +74,6 @@ class EstimatorRouter:
 
     def attach_hints(self, tasks: Sequence[Task]) -> None:
         """Each task's estimates for the policy's prompt (agent.route_hints, orchestra/routing/hints.py)."""
-        from orchestra.routing.hints import attach
-
         if tasks:
             attach(tasks, self.estimator.expected(self._x(tasks)), self.estimator.plans, self.cost_scale,
                    self.latency_scale)
