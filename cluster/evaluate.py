@@ -115,8 +115,9 @@ def build(cfg: Any, own: dict[str, str]):
     prompter = Prompter(tok, **a.prompter_kwargs())
     # the run's estimator router, loaded once: a policy of its own (unless estimator= turns it off) and, with
     # route hints, what the policy reads
-    router = run_router(own) if a.route_hints or own.get("estimator") != "" else None
-    if a.route_hints:  # the policy was trained reading its run's router's suggestion: the same router's here
+    hints = a.route_hints and bool(own.get("checkpoint"))  # `checkpoint=`: the baselines alone read no prompt
+    router = run_router(own) if hints or own.get("estimator") != "" else None
+    if hints:  # the policy was trained reading its run's router's suggestion: the same router's here
         if router is None:
             raise SystemExit("agent.route_hints=true: the policy reads its run's estimator router, and no router "
                              "was found next to the checkpoint (pass estimator=<run dir>)")

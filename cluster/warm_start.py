@@ -100,12 +100,14 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     explore_s = time.perf_counter() - t0
     features = TaskFeatures(embed_texts(c.zoo.retriever.model_dir, rc.embed_dtype), rc.meta_keys).fit_vocab(tasks)
     X, ids = features(tasks), [t.id for t in tasks]
-    estimator = RouteEstimator(plans, C=rc.C, alpha=rc.alpha, seed=c.seed).fit(X, ids, outcomes, features.n_meta)
+    estimator = RouteEstimator(plans, C=rc.C, alpha=rc.alpha, seed=c.seed, select_by=rc.select_by).fit(
+        X, ids, outcomes, features.n_meta)
     console.print(f"  estimator router: chose {estimator.selection.get('chosen', estimator.model['kind'])} by "
-                  f"{estimator.folds}-fold cross-validation")
+                  f"{estimator.folds}-fold cross-validation ({rc.select_by})")
     EstimatorRouter(estimator, features, r.cost_scale, r.latency_scale, model_dir=c.zoo.retriever.model_dir,
                     embed_dtype=rc.embed_dtype).save(run_dir)
-    expected = cross_fitted(X, ids, outcomes, plans, folds=rc.folds, seed=c.seed, C=rc.C, alpha=rc.alpha)
+    expected = cross_fitted(X, ids, outcomes, plans, folds=rc.folds, seed=c.seed, C=rc.C, alpha=rc.alpha,
+                            n_meta=features.n_meta, select_by=rc.select_by)
     if c.agent.route_hints:  # the prompt's router line (orchestra/routing/hints.py), on the trainer's own tasks
         attach(tasks, expected, plans, r.cost_scale, r.latency_scale)  # cross-fitted, as the labels
         explored = set(ids)

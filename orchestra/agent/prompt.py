@@ -11,7 +11,9 @@ The user message ends with the user's preference vector, because the policy must
 to where the policy starts writing (easy to attend to for a small policy), and out of the system turn, so
 the system turn + tool catalogue is one token prefix shared by every task and preference (cached here,
 prefilled once per batch by the HF engine).
-Tool schemas (with each tier's price and latency in the descriptions) come from the ToolClient.
+Tool schemas (with each tier's price and latency in the descriptions) come from the ToolClient; `tool_catalogue`
+renders them whole ("full"), as each tool's name, arguments and first sentence ("brief": no tier list, so the tier
+ids a route hint names appear nowhere else in the prompt), or not at all ("none").
 `prompt_format` other than "orchestra" renders another model's trained layout instead: "toolorchestra*" is NVIDIA's
 Orchestrator-8B's (orchestra/agent/toolorchestra_format.py: its system line, its reprompt context cut in tokens,
 its exact tool schemas, no preference text: that model was never shown one).
@@ -97,6 +99,28 @@ def preference_text(pref: Preference, words: bool = False, numbers: bool = True,
     return f"{text} {preference_words(pref, bounds)}" if words else text
 
 
+CATALOGUES = ("full", "brief", "none")
+
+
+def catalogue(schemas: list[dict[str, Any]] | None, mode: str) -> list[dict[str, Any]] | None:
+    """The tool schemas as the prompt shows them (`mode`, one of CATALOGUES). "brief" keeps each tool's name and
+    arguments and cuts its description to the first sentence: a tiny policy trained on one zoo learns the tiers'
+    prices from rewards, not from the text, and a long catalogue listing every tier id was measured to drown a
+    route hint naming one of them (docs/quality.md, "Per-question routing by the policy")."""
+    if mode == "full" or not schemas:
+        return schemas
+    if mode == "none":
+        return None
+    out = []
+    for schema in schemas:
+        fn = dict(schema.get("function", schema))
+        text = str(fn.get("description", ""))
+        cut = text.find(". ")
+        fn["description"] = text if cut < 0 else text[:cut + 1]
+        out.append({**schema, "function": fn} if "function" in schema else fn)
+    return out
+
+
 def _fit(items: list[str], budget: int, label: str) -> str:
     """Newest items first until `budget` characters; older ones are dropped, the oldest kept one is cut."""
     if not items or budget <= 0:
@@ -119,7 +143,7 @@ class Prompter:
     def __init__(self, tokenizer: ChatTokenizer, system_prompt: str = "", doc_chars: int = 1200,
                  code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500,
                  preference_words: bool = False, prompt_format: str = "orchestra", preference_numbers: bool = True,
-                 preference_levels: Sequence[float] = (), route_hints: bool = False):
+                 preference_levels: Sequence[float] = (), route_hints: bool = False, tool_catalogue: str = "full"):
         self.tok = tokenizer
         # another model's trained layout (None: ours); the budgets above are ours and unused by it
         self.format = None if prompt_format == "orchestra" else toolorchestra_format.variant(prompt_format)
@@ -130,6 +154,9 @@ class Prompter:
         self.preference_numbers, self.preference_levels = preference_numbers, tuple(preference_levels)
         # the estimator router's suggestion under the task's preference, after the preference (routing/hints.py)
         self.route_hints = bool(route_hints)
+        if tool_catalogue not in CATALOGUES:
+            raise ValueError(f"tool_catalogue must be one of {CATALOGUES}, got {tool_catalogue!r}")
+        self.tool_catalogue = tool_catalogue
         self._prefix_cache: dict[tuple[str, str], tuple[str, list[int]]] = {}
 
     # ------------------------------------------------------------ messages
@@ -170,6 +197,8 @@ class Prompter:
                generation_prompt: bool = True) -> str:
         if self.format:
             tools = toolorchestra_format.catalogue(tools)
+        else:
+            tools = catalogue(tools, self.tool_catalogue)
         return self.tok.apply_chat_template(messages, tools=tools or None, tokenize=False,
                                             add_generation_prompt=generation_prompt)
 

@@ -129,6 +129,11 @@ class AgentConfig:
     # can copy and RL can deviate from. Needs sft.teacher=expected_value (its router); the local backend and Serve
     # attach the estimates; the verl backend does not yet
     route_hints: bool = False
+    # the tool catalogue in the system turn: full (each tool's description with its tiers' prices and latencies) |
+    # brief (name, arguments and the description's first sentence: no tier ids) | none. The tiny policy, trained on
+    # one zoo, learns prices from rewards; with route hints it copies the hinted tier more often from a brief one
+    # (docs/quality.md, "Per-question routing by the policy")
+    tool_catalogue: str = "full"
     # a repeated tool call (same tool and arguments) is not run again and the answer tool is forced next
     # (orchestra/agent/loop.py). Off for training (the reward should see a looping policy); conf/serve.yaml turns it on
     repeat_guard: bool = False
@@ -144,7 +149,7 @@ class AgentConfig:
                 "attempt_chars": self.attempt_chars, "max_observation_chars": self.max_observation_chars,
                 "preference_words": self.preference_words, "prompt_format": self.prompt_format,
                 "preference_numbers": self.preference_numbers, "preference_levels": list(self.preference_levels),
-                "route_hints": self.route_hints}
+                "route_hints": self.route_hints, "tool_catalogue": self.tool_catalogue}
 
     def loop_kwargs(self) -> dict[str, Any]:
         """orchestra.agent.loop.AgentLoop's settings: the one mapping the trainer's rollout workers, evaluation,
@@ -359,6 +364,9 @@ class RouterConfig:
     # a served request's embedding time with cosine 0.9999 to float32's (tools/retrieval/dense.py); float32 on a
     # CPU without bf16 arithmetic (no AVX512-BF16/AMX, no Apple M2+), where bf16 is emulated and slower
     embed_dtype: str = "bfloat16"
+    # what the per-run cross-validation chooses the P(correct) model by (orchestra/routing/select.py): log_loss
+    # (calibration) | routing (the held-out folds' routed outcome minus $, over a sweep of $ weights)
+    select_by: str = "log_loss"
 
 
 @dataclass

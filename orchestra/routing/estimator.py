@@ -6,7 +6,8 @@ What it learns from: `Outcome` rows, every plan (orchestra/routing/plans.py) pla
   P(correct | x)   chosen per run by k-fold cross-validation on the training tasks (orchestra/routing/select.py):
                    L2-regularised logistic regression (scikit-learn) over a grid of `C`, with or without the meta
                    one-hots, the smoothed mean outcome of the k nearest training tasks (kNN, cosine), or the
-                   mean of the best of each, by the lowest log-loss; `select=False` (or too few tasks) fits the
+                   mean of the best of each, by the lowest log-loss (`select_by="routing"`: by the best routing
+                   of the held-out folds, select.routing_value); `select=False` (or too few tasks) fits the
                    logistic regression at the given `C`;
   $, seconds       ridge regressions (strength chosen by the same cross-validation), floored at each plan's
                    least training value;
@@ -86,11 +87,14 @@ class RouteEstimator:
     """Per-plan predictors of correctness, $ and seconds over task features (module docstring)."""
 
     def __init__(self, plans: Sequence[Plan], C: float = 1.0, alpha: float = 1.0, select: bool = True,
-                 folds: int = 5, seed: int = 0):
+                 folds: int = 5, seed: int = 0, select_by: str = "log_loss"):
         if not plans:
             raise ValueError("the estimator router needs at least one plan")
         self.plans, self.C, self.alpha = list(plans), float(C), float(alpha)
         self.select, self.folds, self.seed = bool(select), int(folds), int(seed)
+        if select_by not in model_select.CRITERIA:
+            raise ValueError(f"select_by must be one of {model_select.CRITERIA}, got {select_by!r}")
+        self.select_by = select_by  # the selection's criterion (orchestra/routing/select.py)
         self.index = {p.name: i for i, p in enumerate(self.plans)}
         self.coef: dict[str, np.ndarray] = {}  # acc_w [P, d], acc_b [P], cost_w, cost_b, lat_w, lat_b (+ knn_*)
         self.n_train = 0
@@ -129,8 +133,14 @@ class RouteEstimator:
         chosen = model_select.Candidate("logistic", C=self.C)
         self.selection = {"method": "fixed", "chosen": chosen.name}
         if self.select and n >= model_select.MIN_TASKS:
-            chosen, scores = model_select.cross_validate(X, data, n_meta, folds=self.folds, seed=self.seed)
-            self.selection = {"method": f"{self.folds}-fold cross-validation on the training tasks, log-loss",
+            cost = np.zeros((n, len(self.plans)))
+            for j, p in enumerate(self.plans):
+                np.add.at(cost[:, j], data.rows[j], [o.cost_usd for o in by_plan[p.name]])
+            chosen, scores = model_select.cross_validate(X, data, n_meta, folds=self.folds, seed=self.seed,
+                                                         criterion=self.select_by,
+                                                         cost=cost / np.maximum(data.counts, 1.0))
+            self.selection = {"method": f"{self.folds}-fold cross-validation on the training tasks, "
+                                        + self.select_by.replace("_", "-"),
                               "seed": self.seed, "chosen": chosen.name, "scores": scores}
         elif self.select:
             self.selection["why"] = f"{n} tasks: too few to cross-validate (< {model_select.MIN_TASKS})"

@@ -71,6 +71,8 @@ def fit_routers(rec: Recorded, train: Sequence[int], seed: int = 0) -> dict[str,
     ids, outcomes = [rec.tasks[i].id for i in train], rec.outcomes(train)
     X = rec.X[list(train)]
     return {"estimator": RouteEstimator(rec.plans, seed=seed).fit(X, ids, outcomes, n_meta=rec.n_meta),
+            "estimator_routing": RouteEstimator(rec.plans, seed=seed, select_by="routing").fit(
+                X, ids, outcomes, n_meta=rec.n_meta),
             "estimator_before": RouteEstimator(rec.plans, C=1.0, select=False).fit(X, ids, outcomes),
             "family": FamilyRouter(rec.plans).fit([rec.tasks[i] for i in train], outcomes)}
 
@@ -104,7 +106,8 @@ def compare(rec: Recorded, train: Sequence[int], test: Sequence[int], cost_scale
                  for c in (picks(e, rec.plans, {"accuracy": 1.0, "cost": w, "latency": 0.0}, cost_scale, latency_scale)
                            for w in USD_SWEEP)] for k, e in exps.items()}
     if ok.shape[1] == 2:
-        two = {k: exps[k].p_correct[:, strong] - exps[k].p_correct[:, cheap] for k in ("estimator", "estimator_before")}
+        two = {k: exps[k].p_correct[:, strong] - exps[k].p_correct[:, cheap]
+               for k in ("estimator", "estimator_routing", "estimator_before")}
         fam = {f"w={w:g}": (float(np.mean(picks(exps["family"], rec.plans, {"accuracy": 1.0, "cost": w}, cost_scale,
                                                 latency_scale) == strong)), a)
                for w, (_u, a) in zip(USD_SWEEP, sweep["family"], strict=True)}  # (strong share, accuracy) points
@@ -127,6 +130,10 @@ def compare(rec: Recorded, train: Sequence[int], test: Sequence[int], cost_scale
     # the family router's sweep points against the estimator's curve: > 0 where the family router is above it
     gaps = [a - frontier_accuracy(u, sweep["estimator"]) for u, a in sweep["family"]]
     figures["max_gap_family_over_estimator_points"] = 100.0 * max(gaps)
+    figures["max_gap_family_over_estimator_routing_points"] = 100.0 * max(
+        a - frontier_accuracy(u, sweep["estimator_routing"]) for u, a in sweep["family"])
+    lines.append(f"estimator_routing{tag}: chose {routers['estimator_routing'].selection.get('chosen')} by "
+                 "cross-validated routing value")
     worst = sweep["family"][int(np.argmax(gaps))]
     lines.append(f"$ curve{tag}: the family router's sweep is at most {100 * max(gaps):+.2f} points above the "
                  f"estimator's curve (at {100 * worst[0]:.4f} ¢, accuracy {worst[1]:.3f}); <= 0: on or above at every cost")

@@ -12,7 +12,10 @@ Candidates (every one fitted per plan on the same task features as orchestra/rou
             out-of-fold predictions): the kNN part estimates every plan on the same neighbours, so differences
             between plans are paired, which the routing choice is about.
 The score is the log-loss of P(correct) over every held-out (task, plan) outcome: a proper score, so the choice
-also calibrates (a C that gives over-confident probabilities loses). Folds are by task (several seeds of a task
+also calibrates (a C that gives over-confident probabilities loses). `criterion="routing"` scores what the router
+does with the probabilities instead (`routing_value`): on each held-out task the plan of highest P(correct) − w·$
+for a sweep of $ weights w, credited with its recorded outcome minus w·its recorded $. Log-loss does not see
+routing: on MMLU-Pro a kNN that routed best scored the same log-loss as the logistic model chosen. Folds are by task (several seeds of a task
 stay together) and drawn from a fixed seed, so a run's choice is deterministic. Too few tasks to cross-validate
 (< MIN_TASKS) leave the caller's fixed logistic regression in place. The ridge strength of the $ and seconds
 regressions is chosen the same way (`choose_alpha`: squared error relative to each plan's mean square).
@@ -36,6 +39,10 @@ GRID_ALPHA = (1e4, 100.0, 10.0, 1.0, 0.1)
 KNN_STRENGTH = 1.0  # pseudo-episodes of the plan's overall rate mixed into every neighbourhood mean
 MIN_TASKS = 20
 EPS = 1e-6  # log-loss clip: one confident miss should cost a lot, not infinity
+# the routing criterion's $ weights, per unit of the priciest plan's mean $: 0 (accuracy alone), then quarter
+# decades from 0.01 (a nearly free plan ladder) to 10 (the cheapest plan almost always): the range a cost sweep spans
+ROUTING_WEIGHTS = (0.0,) + tuple(10.0 ** (e / 4) for e in range(-8, 5))
+CRITERIA = ("log_loss", "routing")
 
 
 @dataclass(frozen=True)
@@ -138,12 +145,33 @@ def folds_of(n: int, folds: int, seed: int) -> np.ndarray:
     return fold_of
 
 
+def routing_value(p_hat: np.ndarray, correct: np.ndarray, cost: np.ndarray,
+                  weights: Sequence[float] = ROUTING_WEIGHTS) -> float:
+    """Mean over the $ weights w of the mean over tasks of (recorded outcome − w·recorded $) of the plan with the
+    highest P̂ − w·$; all three [tasks, plans] ($ per task as recorded: every candidate is judged with the same
+    $, so only its probabilities differ). $ are in units of the priciest plan's mean."""
+    scale = max(float(np.max(cost.mean(axis=0))), 1e-300)
+    c, rows = cost / scale, np.arange(len(cost))
+    values = []
+    for w in weights:
+        pick = np.argmax(p_hat - w * c, axis=1)
+        values.append(float(np.mean(correct[rows, pick] - w * c[rows, pick])))
+    return float(np.mean(values))
+
+
 def cross_validate(X: np.ndarray, data: PlanData, n_meta: int, folds: int = 5, seed: int = 0,
-                   grid_c: Sequence[float] = GRID_C, grid_k: Sequence[int] = GRID_K
-                   ) -> tuple[Candidate, dict[str, dict[str, float]]]:
-    """(the candidate with the lowest cross-validated log-loss, {candidate name: {log_loss, brier}} per held-out
-    outcome, averaged over plans and tasks). The grid's candidates, then the blend of the best logistic and the
-    best kNN one, scored on the same out-of-fold predictions. Ties: the earlier candidate."""
+                   grid_c: Sequence[float] = GRID_C, grid_k: Sequence[int] = GRID_K, criterion: str = "log_loss",
+                   cost: np.ndarray | None = None) -> tuple[Candidate, dict[str, dict[str, float]]]:
+    """(the chosen candidate, {candidate name: {log_loss, brier[, routing]}}): log-loss and Brier per held-out
+    outcome, averaged over plans and tasks; `routing` (with `cost`, [tasks, plans] mean recorded $) the
+    `routing_value` of the out-of-fold probabilities on the tasks where every plan was played. The grid's
+    candidates, then the blend of the best logistic and the best kNN one, scored on the same out-of-fold
+    predictions. `criterion`: log_loss (lowest wins) or routing (highest wins, then the lower log-loss). Ties: the
+    earlier candidate."""
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+    if criterion == "routing" and cost is None:
+        raise ValueError("criterion='routing' needs each task's recorded $ per plan (cost)")
     n, d = X.shape[0], X.shape[1] - n_meta
     fold_of = folds_of(n, folds, seed)
     cands = candidates(n_meta, n - n // folds, grid_c, grid_k)
@@ -167,14 +195,35 @@ def cross_validate(X: np.ndarray, data: PlanData, n_meta: int, folds: int = 5, s
                     oof[c][j][in_test] = 1.0 / (1.0 + np.exp(-(cols[rows[in_test]] @ w + b)))
                 for c in (c for c in cands if c.kind == "knn" and c.knn_meta == meta):
                     oof[c][j][in_test] = knn[c.k][test_pos[rows[in_test]], j]
-    scores = {c.name: _scores(oof[c], data.y) for c in cands}
-    best_l = min((c for c in cands if c.kind == "logistic"), key=lambda c: scores[c.name]["log_loss"])
-    best_k = min((c for c in cands if c.kind == "knn"), key=lambda c: scores[c.name]["log_loss"])
+    full = np.flatnonzero((data.counts > 0).all(axis=1))  # tasks on which every plan was played
+    correct = data.sums[full] / data.counts[full]
+
+    def score(p: list[np.ndarray]) -> dict[str, float]:
+        out = _scores(p, data.y)
+        if cost is not None and len(full):
+            out["routing"] = routing_value(_per_task(p, data, n)[full], correct, cost[full])
+        return out
+
+    def rank(c: Candidate) -> tuple[float, float]:  # lower is better
+        sc = scores[c.name]
+        return (-sc["routing"], sc["log_loss"]) if criterion == "routing" else (sc["log_loss"], 0.0)
+
+    scores = {c.name: score(oof[c]) for c in cands}
+    best_l = min((c for c in cands if c.kind == "logistic"), key=rank)
+    best_k = min((c for c in cands if c.kind == "knn"), key=rank)
     blend = Candidate("blend", C=best_l.C, k=best_k.k, meta=best_l.meta, knn_meta=best_k.knn_meta)
-    scores[blend.name] = _scores([(a + b) / 2 for a, b in zip(oof[best_l], oof[best_k], strict=True)], data.y)
+    scores[blend.name] = score([(a + b) / 2 for a, b in zip(oof[best_l], oof[best_k], strict=True)])
     cands.append(blend)
-    best = min(cands, key=lambda c: scores[c.name]["log_loss"])  # min keeps the first of equal scores
+    best = min(cands, key=rank)  # min keeps the first of equal scores
     return best, scores
+
+
+def _per_task(p: Sequence[np.ndarray], data: PlanData, n: int) -> np.ndarray:
+    """[tasks, plans] mean of the per-sample predictions (a task's samples share one prediction: one fold)."""
+    out = np.zeros((n, len(p)))
+    for j, (rows, pj) in enumerate(zip(data.rows, p, strict=True)):
+        np.add.at(out[:, j], rows, pj)
+    return out / np.maximum(data.counts, 1.0)
 
 
 def _scores(p: Sequence[np.ndarray], y: Sequence[np.ndarray]) -> dict[str, float]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from orchestra.agent.prompt import Prompter, preference_text
 from tests.helpers.fakes import ByteTokenizer, FakeTool, make_task
 
@@ -94,3 +96,34 @@ def test_cached_system_prefix_gives_the_same_ids_as_one_piece():
             assert p.encode(msgs, SCHEMAS) == whole  # first call fills the cache
             assert p.encode(msgs, SCHEMAS) == whole  # second call uses it
         assert len(p._prefix_cache) == 1  # the preference is in the user turn: one system prefix for all
+
+
+def test_tool_catalogue_brief_keeps_names_and_first_sentence_none_drops_it():
+    """agent.tool_catalogue: a route hint's tier id should be the only one in the prompt (docs/quality.md)."""
+    from orchestra.agent.prompt import catalogue
+
+    schemas = [{"type": "function", "function": {
+        "name": "answer", "description": "Answer: an expert answers. Tiers: answer-1 $1/$2 ~3s; answer-2 $0.1/$0.2 ~1s.",
+        "parameters": {"type": "object", "properties": {"model": {"type": "string", "enum": ["answer-1", "answer-2"]}}}}}]
+    brief = catalogue(schemas, "brief")
+    assert brief[0]["function"]["description"] == "Answer: an expert answers."
+    assert brief[0]["function"]["parameters"] == schemas[0]["function"]["parameters"]
+    assert "Tiers" in schemas[0]["function"]["description"]  # the caller's schemas are not modified
+    assert catalogue(schemas, "full") is schemas and catalogue(schemas, "none") is None
+    task = make_task(3)
+    msgs = Prompter(TOK).first_messages(task)
+    full, short, bare = (Prompter(TOK, tool_catalogue=m).render(msgs, schemas) for m in ("full", "brief", "none"))
+    assert "answer-1" in full and "answer-1" not in short and "- answer(model): Answer: an expert answers." in short
+    assert "<tools>" not in bare and "answer(" not in bare
+    ids = Prompter(TOK, tool_catalogue="brief").encode(msgs, schemas)
+    assert TOK.decode(ids) == short
+    with pytest.raises(ValueError, match="tool_catalogue"):
+        Prompter(TOK, tool_catalogue="short")
+
+
+def test_tool_catalogue_is_checked_by_name():
+    from orchestra.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="agent.tool_catalogue"):
+        load_config(["agent.tool_catalogue=short"])
+    assert load_config(["agent.tool_catalogue=none"]).agent.prompter_kwargs()["tool_catalogue"] == "none"

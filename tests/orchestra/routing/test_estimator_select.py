@@ -146,3 +146,30 @@ def test_a_blend_is_the_mean_of_its_parts_and_survives_save_and_load(tmp_path):
     est.save(tmp_path)
     again, _ = RouteEstimator.load(tmp_path)
     np.testing.assert_allclose(again.p_correct(X[:5]), (knn + 0.5) / 2)
+
+
+def test_routing_value_by_hand():
+    """Two tasks, two plans; plan 0 costs 1 (the priciest mean), plan 1 costs 0.1. At w = 0 the higher P̂ wins, at
+    w = 1 the cheap plan wins wherever P̂ differs by less than 0.9."""
+    from orchestra.routing.select import routing_value
+
+    p_hat = np.array([[0.9, 0.2], [0.6, 0.5]])
+    correct = np.array([[1.0, 0.0], [0.0, 1.0]])
+    cost = np.array([[1.0, 0.1], [1.0, 0.1]])
+    # w=0: picks 0, 0 -> (1 + 0) / 2; w=1: task 0: 0.9-1 < 0.2-0.1 -> plan 1 (0 - 0.1), task 1: plan 1 (1 - 0.1)
+    assert routing_value(p_hat, correct, cost, weights=(0.0,)) == pytest.approx(0.5)
+    assert routing_value(p_hat, correct, cost, weights=(1.0,)) == pytest.approx((-0.1 + 0.9) / 2)
+    assert routing_value(p_hat, correct, cost, weights=(0.0, 1.0)) == pytest.approx((0.5 + 0.4) / 2)
+    assert routing_value(p_hat, correct, 10 * cost, weights=(1.0,)) == pytest.approx(0.4)  # $ in units of the priciest
+
+
+def test_routing_criterion_scores_every_candidate_and_picks_the_best_router():
+    X, p = sectors(240)
+    ids, outs = outcomes_from(p, 1)
+    est = RouteEstimator([A, B], select_by="routing").fit(X, ids, outs)
+    scores = est.selection["scores"]
+    assert all("routing" in v for v in scores.values())
+    assert scores[est.selection["chosen"]]["routing"] == max(v["routing"] for v in scores.values())
+    assert "routing" in est.selection["method"] and est.model["kind"] in ("knn", "blend")
+    with pytest.raises(ValueError, match="select_by"):
+        RouteEstimator([A, B], select_by="accuracy")
