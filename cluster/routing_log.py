@@ -145,14 +145,19 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
            "data": {"source": str(out / "tasks.jsonl"), "n_train": n_train, "n_heldout": heldout,
                     "preference_pairs": "accuracy-first|balanced|cost-first"},
            "reward": {"judges": {"routing_log": "recorded"}, "cost_scale": float(f"{cost[ranked[0]]:.3g}")},
-           "eval": {"n_tasks": heldout, "preference": "balanced", "presets": list(COST_ORDER), "temperature": 0.0},
-           "agent": {"max_turns": 2, "preference_words": True}, "sampling": {"max_tokens": 48, "temperature": 1.0},
+           "eval": {"n_tasks": heldout, "preference": "balanced", "presets": list(COST_ORDER), "temperature": 0.0,
+                    "sweep": True},
+           # as mmlu_pro_replay: the preference in bin words, the router's suggestion, no catalogue (docs/quality.md)
+           "agent": {"max_turns": 2, "preference_words": True, "preference_numbers": False,
+                     "preference_levels": [0.056, 0.178, 0.56, 1.78], "route_hints": True, "tool_catalogue": "none"},
+           "sampling": {"max_tokens": 48, "temperature": 1.0},
            "algo": {"steps": 12, "group_size": 8, "prompts_per_step": 4, "lr": 1.0e-4, "balance_prefs": True,
                     "micro_batch_size": 64},
            # the expected-value warm start (docs/benchmarks.md, "Quality"): every question played by every model, the
            # estimator router fitted on those outcomes, each (question, preset) labelled with its best route
-           "sft": {"teacher": "expected_value", "vectors": [*COST_ORDER, "latency-first"], "steps": 200,
-                   "lr": 3.0e-3, "batch_size": 16, "demos": min(240, n_train)},
+           "sft": {"teacher": "expected_value", "vectors": [*COST_ORDER, "latency-first"], "vectors_sampled": 4,
+                   "sample_cost": [0.01, 10.0], "sample_latency": [0.1, 3.0], "sample_latency_zero": 0.5,
+                   "steps": 400, "lr": 3.0e-3, "batch_size": 16, "demos": min(240, n_train)},
            "router": {"explore_tasks": 0, **({"meta_keys": ["family"]} if len(families(log)) > 1 else {})},
            "checkpoint": {"every_steps": 10}, "cluster": {"torch_threads": 2}}
     head = f"# Written by `python -m cluster.routing_log {log.path}`; rerun it rather than edit by hand.\n"
