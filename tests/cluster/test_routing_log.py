@@ -39,6 +39,9 @@ def test_the_shipped_example_trains_and_evaluates_from_a_preset_outside_conf(tmp
     cfg = load_config([f"experiment={tmp_path / 'ex' / 'experiment.yaml'}"])
     assert cfg.name == "ex" and cfg.zoo.tiers == {"answer-1": "gpt-4o", "answer-2": "gpt-4o-mini"}
     assert cfg.reward.judges["routing_log"] == "recorded" and (cfg.data.n_train, cfg.data.n_heldout) == (20, 4)
+    # mmlu_pro_replay's recipe: the router's hint without the catalogue, unseen vectors measured (docs/quality.md)
+    assert cfg.agent.route_hints and cfg.agent.tool_catalogue == "none" and cfg.eval.sweep
+    assert cfg.sft.vectors_sampled == 4 and not cfg.agent.preference_numbers
     train, held, _ = build_task_set(cfg.data, cfg.zoo.tiers)
     assert len(train) == 20 and len(held) == 4 and not {t.id for t in train} & {t.id for t in held}
     assert all(t.model_mapping == cfg.zoo.tiers for t in train)

@@ -89,8 +89,11 @@ def served_app(monkeypatch, settings: dict, tier: str):
     monkeypatch.setattr(hf.HFEngine, "from_model",
                         classmethod(lambda cls, m, t, **k: ScriptedEngine(t, lambda _p: call_text("answer", model=tier))))
     monkeypatch.setattr(tokenizer, "eos_token_ids", lambda t: [t.eos_token_id])
-    # room for the whole tool call in byte tokens (the routing-log preset gives a BPE policy 48)
-    settings = {**settings, "overrides": ["sampling.max_tokens=200", *settings.get("overrides", [])]}
+    # room for the whole tool call in byte tokens (the routing-log preset gives a BPE policy 48); the scripted policy
+    # reads no route hint, and these runs have no router to attach one from (tests/actors/serve/test_router_mode.py
+    # serves a run with hints)
+    settings = {**settings, "overrides": ["sampling.max_tokens=200", "agent.route_hints=false",
+                                          *settings.get("overrides", [])]}
     return create_api(build_service(settings_from_dict(settings)))
 
 
