@@ -104,9 +104,9 @@ CATALOGUES = ("full", "brief", "none")
 
 def catalogue(schemas: list[dict[str, Any]] | None, mode: str) -> list[dict[str, Any]] | None:
     """The tool schemas as the prompt shows them (`mode`, one of CATALOGUES). "brief" keeps each tool's name and
-    arguments and cuts its description to the first sentence: a tiny policy trained on one zoo learns the tiers'
-    prices from rewards, not from the text, and a long catalogue listing every tier id was measured to drown a
-    route hint naming one of them (docs/quality.md, "Per-question routing by the policy")."""
+    arguments and cuts its description to the first sentence; "none" shows no catalogue. A tiny policy trained on
+    one zoo learns the tiers' prices from rewards, not from the text, and the full catalogue, listing every tier id,
+    was measured to drown a route hint naming one of them (docs/quality.md, "Per-question routing by the policy")."""
     if mode == "full" or not schemas:
         return schemas
     if mode == "none":

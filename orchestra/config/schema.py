@@ -131,7 +131,7 @@ class AgentConfig:
     route_hints: bool = False
     # the tool catalogue in the system turn: full (each tool's description with its tiers' prices and latencies) |
     # brief (name, arguments and the description's first sentence: no tier ids) | none. The tiny policy, trained on
-    # one zoo, learns prices from rewards; with route hints it copies the hinted tier more often from a brief one
+    # one zoo, learns prices from rewards; with route hints it copied the hinted tier only without a catalogue
     # (docs/quality.md, "Per-question routing by the policy")
     tool_catalogue: str = "full"
     # a repeated tool call (same tool and arguments) is not run again and the answer tool is forced next

@@ -15,8 +15,8 @@ The score is the log-loss of P(correct) over every held-out (task, plan) outcome
 also calibrates (a C that gives over-confident probabilities loses). `criterion="routing"` scores what the router
 does with the probabilities instead (`routing_value`): on each held-out task the plan of highest P(correct) − w·$
 for a sweep of $ weights w, credited with its recorded outcome minus w·its recorded $. Log-loss does not see
-routing: on MMLU-Pro a kNN that routed best scored the same log-loss as the logistic model chosen. Folds are by task (several seeds of a task
-stay together) and drawn from a fixed seed, so a run's choice is deterministic. Too few tasks to cross-validate
+routing: on MMLU-Pro a kNN that routed best scored the same log-loss as the logistic model chosen. Folds are by
+task (several seeds of a task stay together) and drawn from a fixed seed, so a run's choice is deterministic. Too few tasks to cross-validate
 (< MIN_TASKS) leave the caller's fixed logistic regression in place. The ridge strength of the $ and seconds
 regressions is chosen the same way (`choose_alpha`: squared error relative to each plan's mean square).
 """
@@ -197,6 +197,9 @@ def cross_validate(X: np.ndarray, data: PlanData, n_meta: int, folds: int = 5, s
                     oof[c][j][in_test] = knn[c.k][test_pos[rows[in_test]], j]
     full = np.flatnonzero((data.counts > 0).all(axis=1))  # tasks on which every plan was played
     correct = data.sums[full] / data.counts[full]
+    if criterion == "routing" and not len(full):
+        raise ValueError("criterion='routing' needs tasks on which every plan was played (explore every plan on "
+                         "each task, router.explore_tasks)")
 
     def score(p: list[np.ndarray]) -> dict[str, float]:
         out = _scores(p, data.y)
