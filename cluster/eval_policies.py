@@ -2,8 +2,8 @@
 (cluster/evaluate.py) and τ² (cluster/tau2_eval.py) share.
 
 `policy_tokenizer` and `policy_engines` load the evaluated checkpoint (`checkpoint=`) and the untrained base
-(`base=true`) as in-process HF engines; `run_router` loads the estimator router (orchestra/routing/), a
-policy of its own; `all_failed` is the message to stop with when every episode ended in an error (a report of zeros would
+(`base=true`) as in-process HF engines; `run_router` loads the estimator router (orchestra/routing/), a policy of
+its own; `all_failed` is the message to stop with when every episode ended in an error (a report of zeros would
 read as a bad policy). The fixed baselines are orchestra/eval/baselines.py's.
 """
 

@@ -205,12 +205,15 @@ class Trainer:
         return checkpoint.save(self.dir, step, write, {"summary": summary, "version": step},
                                keep=self.cfg.checkpoint.keep)
 
-    def restore(self, path: Path) -> tuple[int, dict[str, Any]]:
+    def tokenizer(self) -> Any:
+        """The policy's tokenizer as this code builds it (the learner and workers load the same)."""
         from orchestra.policy.models import load_tokenizer
 
         m = self.cfg.model
-        checkpoint.check_resumable(path, load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir,
-                                                        chat_template=m.chat_template))
+        return load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+
+    def restore(self, path: Path) -> tuple[int, dict[str, Any]]:
+        checkpoint.check_resumable(path, self.tokenizer())
         ray.get(self.learner.load.remote(str(path / "learner")))
         ray.get(self.reward.load_state.remote(json.loads((path / "reward_state.json").read_text())))
         self.records.kept_versions.clear()  # versions after this checkpoint will be re-made, perhaps with other weights
@@ -242,12 +245,10 @@ class Trainer:
     def evaluate_router(self) -> dict[str, Any]:
         """The estimator router the warm start fitted, on the same held-out tasks and presets (cluster/heldout.py)."""
         from actors.tool_client import RayToolClient
-        from orchestra.policy.models import load_tokenizer
 
-        m = self.cfg.model
-        tok = load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
         tools = RayToolClient(self.tools, timeout_s=self.cfg.zoo.server.timeout_s)
-        return heldout.router_summary(self.cfg, self.dir, self.heldout[: self.cfg.eval.n_tasks], tools, tok)
+        return heldout.router_summary(self.cfg, self.dir, self.heldout[: self.cfg.eval.n_tasks], tools,
+                                      self.tokenizer())
 
     def sft(self) -> dict[str, float]:
         """The SFT warm start (cluster/warm_start.py) on the training tasks."""

@@ -130,12 +130,14 @@ class RouteEstimator:
             raise ValueError(f"no outcomes for plan(s) {missing} on the given tasks: explore every plan first")
         data = model_select.plan_data(n, [[row[o.task_id] for o in by_plan[p.name]] for p in self.plans],
                                 [[float(o.correct) for o in by_plan[p.name]] for p in self.plans])
+        targets = {"cost": [np.array([o.cost_usd for o in by_plan[p.name]]) for p in self.plans],
+                   "lat": [np.array([o.latency_s for o in by_plan[p.name]]) for p in self.plans]}
         chosen = model_select.Candidate("logistic", C=self.C)
         self.selection = {"method": "fixed", "chosen": chosen.name}
         if self.select and n >= model_select.MIN_TASKS:
-            cost = np.zeros((n, len(self.plans)))
-            for j, p in enumerate(self.plans):
-                np.add.at(cost[:, j], data.rows[j], [o.cost_usd for o in by_plan[p.name]])
+            cost = np.zeros((n, len(self.plans)))  # each task's mean recorded $ per plan, for the routing score
+            for j in range(len(self.plans)):
+                np.add.at(cost[:, j], data.rows[j], targets["cost"][j])
             chosen, scores = model_select.cross_validate(X, data, n_meta, folds=self.folds, seed=self.seed,
                                                          criterion=self.select_by,
                                                          cost=cost / np.maximum(data.counts, 1.0))
@@ -147,8 +149,6 @@ class RouteEstimator:
         P = len(self.plans)
         c = {k: np.zeros((P, d)) for k in ("acc_w", "cost_w", "lat_w")}
         c.update({k: np.zeros(P) for k in ("acc_b", "cost_b", "lat_b", "cost_min", "lat_min")})
-        targets = {"cost": [np.array([o.cost_usd for o in by_plan[p.name]]) for p in self.plans],
-                   "lat": [np.array([o.latency_s for o in by_plan[p.name]]) for p in self.plans]}
         alpha = {"cost": self.alpha, "lat": self.alpha}
         if self.selection["method"] != "fixed":
             for key in alpha:
