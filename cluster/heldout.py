@@ -12,6 +12,9 @@ labels under them, RL pairs them): those figures say how the policy treats held-
 taught. With `eval.sweep` the held-out tasks are also played under the adherence sweep, vectors no training used
 (`unseen_sweep` checks that against every vector of the run: the tasks' own, the teacher's fixed and sampled ones,
 the RL pairing's), and `sweep_summary` gives its `adherence` (−Spearman of cost weight and $) and points.
+Under `agent.route_hints` every summary also says how often the policy called the plan its prompt's router line
+suggested (`hint_agreement`, per preset in `by_pref`): a hinted policy that never learned to copy the line
+collapses to one plan per preset, and `hint_warning` says so after SFT instead of leaving it to the figures.
 When to evaluate is cluster/trainer.py's business.
 """
 
@@ -27,6 +30,7 @@ from actors.rollout_worker import EpisodeResult
 from orchestra.eval.adherence import PREFIX, check_unseen, sweep_points, sweep_preferences
 from orchestra.eval.adherence import adherence as adherence_of
 from orchestra.preferences import COST_ORDER, paired_preferences, parse_pairs, preset
+from orchestra.routing.hints import suggestion
 from orchestra.rundir.records import episode_seed, score_kwargs
 from orchestra.types import Preference, Task
 from reward.score import Scored, score_group
@@ -90,6 +94,50 @@ def summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task
     out["by_pref"] = {p: {k: v for k, v in b.items() if k != "by_family"} for p, b in by_pref.items()}
     out.update(adherence(out["by_pref"]))
     return out
+
+
+# below this share of held-out episodes under some preset the policy is not following its route hints: the runs
+# that learned to copy the line agreed on 89-100 % under every preset, those that collapsed on 29 % under one
+# (docs/quality.md, "Per-question routing by the policy")
+HINT_AGREEMENT_LOW = 0.8
+
+
+def hint_agreement(results: list[EpisodeResult], requests: list[dict[str, Any]], prefs: list[str] | None = None
+                   ) -> dict[str, Any]:
+    """{"hint_agreement": share of episodes whose calls, in order, are the plan the task's router line suggests
+    under its request's preference, "hint_agreement_by_pref": the same per preset (with several `prefs`)}; {}
+    when no request carries router estimates (route hints off)."""
+    by_uid = {q["uid"]: Task.from_dict(q["task"]) for q in requests}
+    name_of = {tuple(sorted(preset(p).items())): p for p in prefs or []}
+    hits: dict[str, list[float]] = {}
+    for r in results:
+        task = by_uid[r.traj.uid]
+        found = suggestion(task)
+        if found is None:
+            continue
+        calls = [[rec.name, rec.tool_id] for rec in r.traj.tool_records]
+        key = name_of.get(tuple(sorted((task.pref or {}).items())), "")
+        hits.setdefault(key, []).append(float(calls == [list(c) for c in found[1]]))
+    if not hits:
+        return {}
+    out: dict[str, Any] = {"hint_agreement": mean(v for h in hits.values() for v in h)}
+    if len(prefs or []) > 1:
+        out["hint_agreement_by_pref"] = {k: mean(v) for k, v in hits.items()}
+    return out
+
+
+def hint_warning(summary: dict[str, Any]) -> str:
+    """A warning when the policy follows its route hints on fewer than HINT_AGREEMENT_LOW of the held-out episodes
+    under some preset ("" otherwise, or without hints)."""
+    shares = summary.get("hint_agreement_by_pref") or (
+        {"all presets": summary["hint_agreement"]} if "hint_agreement" in summary else {})
+    low = {k: v for k, v in shares.items() if v < HINT_AGREEMENT_LOW}
+    if not low:
+        return ""
+    return ("the policy calls the plan its route hint suggests on only " + ", ".join(
+        f"{100 * v:.0f} % under {k}" for k, v in low.items()) + " of the held-out questions: SFT has not taught it to "
+        "copy the router line, so it routes per preset rather than per question. The copy is learned late and "
+        "suddenly; raise sft.steps (docs/quality.md, route hints).")
 
 
 def adherence(by_pref: dict[str, dict[str, Any]]) -> dict[str, float]:

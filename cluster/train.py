@@ -65,9 +65,11 @@ def main(argv: list[str] | None = None) -> int:
 # cost-ordered presets. `heldout_unseen_adherence` (with eval.sweep) is taken under the adherence sweep, vectors
 # no training used (checked: cluster/heldout.unseen_sweep). `_lo` / `_hi`: paired bootstrap 95 % intervals
 # (cluster/heldout.paired_gain); `rl_gain_ci_low` is the gain's lower end: RL helped beyond chance when it is > 0.
+# `heldout_hint_agreement` (agent.route_hints): the share of held-out episodes that call the plan the prompt's
+# router line suggests (cluster/heldout.hint_agreement).
 RESULTS = ("heldout_reward_gain", "heldout_reward_gain_lo", "heldout_reward_gain_hi", "heldout_pref_spread",
            "heldout_monotone", "heldout_format_ok", "heldout_vs_estimator", "heldout_vs_estimator_lo",
-           "heldout_vs_estimator_hi", "heldout_unseen_adherence", "train_wall_s")
+           "heldout_vs_estimator_hi", "heldout_unseen_adherence", "heldout_hint_agreement", "train_wall_s")
 
 
 def result_lines(summary: dict) -> list[str]:

@@ -99,6 +99,8 @@ class Trainer:
             with self.phases("eval"):
                 summary["after_sft"] = self.evaluate("sft")
             self.console.print(f"after SFT ({self.phases.times['sft']:.0f}s): {describe(headline(summary['after_sft']))}")
+            if warning := heldout.hint_warning(summary["after_sft"]):
+                self.console.print(f"[yellow]warning: {warning}[/]")
             self.tracker.log(0, {"heldout": summary["after_sft"], "phase_s": self.phases.pop()}, kind="eval")
             self.save(0, summary)
         step, recoveries = start + 1, 0
@@ -238,7 +240,7 @@ class Trainer:
         self.records.write(f"eval_{tag}", "eval", -1, requests, results, scored, self._sampling(True))
         if vectors:
             return heldout.sweep_summary(results, scored, requests)
-        out = heldout.summary(results, scored, tasks, requests, prefs)
+        out = {**heldout.summary(results, scored, tasks, requests, prefs), **heldout.hint_agreement(results, requests, prefs)}
         dashboard.record("heldout_score", out["score"], stage=tag)
         return out
 
@@ -295,7 +297,7 @@ class Trainer:
         if sft:
             summary["heldout_reward_gain"] = rl["score"] - sft["score"]
             self.console.print(heldout.add_interval(summary, "heldout_reward_gain", rl, sft, "RL over its warm start"))
-        for key in ("pref_spread", "monotone", "format_ok"):
+        for key in ("pref_spread", "monotone", "format_ok", "hint_agreement"):
             if key in rl:
                 summary[f"heldout_{key}"] = rl[key]
         if summary.get("router"):

@@ -78,3 +78,30 @@ def test_paired_gain_pairs_preset_and_task_and_averages_the_seeds():
     assert abs(gain["diff"] - (0.2 + 0.2 + 0.0 + 0.4) / 4) < 1e-12  # = the mean of the per-preset mean gains
     assert gain["tasks"] == 2 and gain["presets"] == 2 and gain["lo"] <= gain["diff"] <= gain["hi"]
     assert heldout.paired_gain(after, {}) == {}
+
+
+def test_hint_agreement_per_preset_and_the_warning_when_the_policy_ignores_its_hints():
+    """Two plans: the router line suggests answer-1 while accuracy counts most and answer-2 (cheap) under
+    cost-first. A policy that always calls answer-1 follows it under accuracy-first and balanced only."""
+    import numpy as np
+
+    from orchestra.routing.estimator import Expected
+    from orchestra.routing.hints import attach
+    from orchestra.routing.plans import Plan
+
+    tasks = [_task(i) for i in range(4)]
+    plans = [Plan("answer-1", (("answer", "answer-1"),)), Plan("answer-2", (("answer", "answer-2"),))]
+    attach(tasks, Expected(np.tile([0.9, 0.5], (4, 1)), np.tile([0.005, 0.0001], (4, 1)), np.ones((4, 2))), plans,
+           cost_scale=0.01, latency_scale=10.0)
+    prefs = ["accuracy-first", "balanced", "cost-first"]
+    reqs = heldout.requests(tasks, seed=0, seeds=1, tag="sft", prefs=prefs)
+    results = [_played(r["uid"], Task.from_dict(r["task"]), 0.02, right=True) for r in reqs]
+    out = heldout.hint_agreement(results, reqs, prefs)
+    assert out["hint_agreement_by_pref"] == {"accuracy-first": 1.0, "balanced": 1.0, "cost-first": 0.0}
+    assert abs(out["hint_agreement"] - 2 / 3) < 1e-12
+    warning = heldout.hint_warning(out)
+    assert "0 % under cost-first" in warning and "accuracy-first" not in warning and "sft.steps" in warning
+    assert heldout.hint_warning({"hint_agreement_by_pref": {"balanced": 0.95}}) == ""
+    plain = heldout.requests([_task(9)], seed=0, seeds=1, tag="sft", prefs=prefs)  # no router estimates: nothing
+    assert heldout.hint_agreement([_played(r["uid"], Task.from_dict(r["task"]), 0.02, True) for r in plain], plain,
+                                  prefs) == {}
