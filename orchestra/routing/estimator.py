@@ -5,10 +5,11 @@ What it learns from: `Outcome` rows, every plan (orchestra/routing/plans.py) pla
 (exploration episodes on any zoo; recorded outcomes on replay zoos). Per plan:
   P(correct | x)   chosen per run by k-fold cross-validation on the training tasks (orchestra/routing/select.py):
                    L2-regularised logistic regression (scikit-learn) over a grid of `C`, with or without the meta
-                   one-hots, the smoothed mean outcome of the k nearest training tasks (kNN, cosine), or the
-                   mean of the best of each, by the lowest log-loss (`select_by="routing"`: by the best routing
-                   of the held-out folds, select.routing_value); `select=False` (or too few tasks) fits the
-                   logistic regression at the given `C`;
+                   one-hots, the smoothed mean outcome of the k nearest training tasks (kNN, cosine), the
+                   smoothed mean of the task's family (when meta one-hots are given), or the mean of the best of
+                   two or three kinds, by the lowest log-loss (`select_by="routing"`: by the best routing of the
+                   held-out folds, select.routing_value); `select=False` (or too few tasks) fits the logistic
+                   regression at the given `C`;
   $, seconds       ridge regressions (strength chosen by the same cross-validation), floored at each plan's
                    least training value;
 where x = TaskFeatures: the sentence embedding of the problem text (the all-MiniLM-L6-v2 weights the project
@@ -20,9 +21,10 @@ selection try without them). A plan whose training outcome never varies gets a c
 The choice is the expectation of the `scalar` rubric (reward/rubric.py), so it follows any preference vector
 by construction, tool likes and dislikes included:
   EV(plan) = P_acc·p̂ − P_cost·$̂/cost_scale − P_lat·ŝ/latency_scale + Σ_t P_tool:t · (calls of tier t).
-Saved as plain arrays (npz) plus JSON, never pickle: loading a router runs no code from the file. A kNN (or
-blend) router keeps its training rows and per-task outcome sums (`knn_*` arrays); files written before the
-selection existed (no `model` entry) load as the logistic regressions they are.
+Saved as plain arrays (npz) plus JSON, never pickle: loading a router runs no code from the file. A router with a
+kNN or family part keeps its training rows and per-task outcome sums (`knn_*` arrays); files written before the
+selection existed (no `model` entry) load as the logistic regressions they are, and blends written before the
+family kind (no `parts`) as the logistic + kNN mean they are.
 """
 
 from __future__ import annotations
@@ -83,6 +85,12 @@ def expected_reward(exp: Expected, plans: Sequence[Plan], pref: Preference, cost
                           cost_scale, latency_scale)
 
 
+def parts_of(model: dict[str, Any]) -> list[str]:
+    """The kinds a saved P(correct) model averages (blends from before the family kind: logistic + kNN)."""
+    kind = model.get("kind", "logistic")
+    return list(model.get("parts") or (("logistic", "knn") if kind == "blend" else (kind,)))
+
+
 class RouteEstimator:
     """Per-plan predictors of correctness, $ and seconds over task features (module docstring)."""
 
@@ -98,8 +106,9 @@ class RouteEstimator:
         self.index = {p.name: i for i, p in enumerate(self.plans)}
         self.coef: dict[str, np.ndarray] = {}  # acc_w [P, d], acc_b [P], cost_w, cost_b, lat_w, lat_b (+ knn_*)
         self.n_train = 0
-        # the P(correct) model: kind logistic | knn | blend, C / k, meta / knn_meta (whether each part used the
-        # meta one-hots), n_meta (how many), alpha_cost / alpha_lat (the ridge strengths)
+        # the P(correct) model: kind logistic | knn | family | blend, parts (the kinds it averages), C / k / s,
+        # meta / knn_meta (whether each part used the meta one-hots), n_meta (how many), alpha_cost / alpha_lat
+        # (the ridge strengths)
         self.model: dict[str, Any] = {"kind": "logistic", "C": self.C, "meta": True, "n_meta": 0}
         self.selection: dict[str, Any] = {}  # what the cross-validation chose and every candidate's score
 
@@ -138,12 +147,13 @@ class RouteEstimator:
             cost = np.zeros((n, len(self.plans)))  # each task's mean recorded $ per plan, for the routing score
             for j in range(len(self.plans)):
                 np.add.at(cost[:, j], data.rows[j], targets["cost"][j])
-            chosen, scores = model_select.cross_validate(X, data, n_meta, folds=self.folds, seed=self.seed,
+            chosen, scores, rule = model_select.cross_validate(X, data, n_meta, folds=self.folds, seed=self.seed,
                                                          criterion=self.select_by,
                                                          cost=cost / np.maximum(data.counts, 1.0))
             self.selection = {"method": f"{self.folds}-fold cross-validation on the training tasks, "
                                         + self.select_by.replace("_", "-"),
-                              "seed": self.seed, "chosen": chosen.name, "scores": scores}
+                              "seed": self.seed, "chosen": chosen.name, "scores": scores,
+                              **({"rule": rule} if rule else {})}
         elif self.select:
             self.selection["why"] = f"{n} tasks: too few to cross-validate (< {model_select.MIN_TASKS})"
         P = len(self.plans)
@@ -155,36 +165,42 @@ class RouteEstimator:
                 alpha[key], errors = model_select.choose_alpha(X, data.rows, targets[key], self.folds, self.seed)
                 self.selection[f"alpha_{key}"] = {"chosen": alpha[key], "relative_squared_error": errors}
         cols = d if chosen.meta else d - n_meta
+        parts = chosen.parts or (chosen.kind,)
         for j in range(P):
             Xp = X[data.rows[j]]
-            if chosen.kind in ("logistic", "blend"):
+            if "logistic" in parts:
                 w, c["acc_b"][j], _ = model_select.fit_logistic(Xp[:, :cols], data.y[j], chosen.C)
                 c["acc_w"][j, :cols] = w  # left-out meta columns keep weight 0
             for key, target in targets.items():
                 r = Ridge(alpha=alpha[key]).fit(Xp, target[j])
                 c[f"{key}_w"][j], c[f"{key}_b"][j] = r.coef_, r.intercept_
                 c[f"{key}_min"][j] = target[j].min()  # a floor: no plan looks cheaper than it ever was
-        if chosen.kind in ("knn", "blend"):
+        if {"knn", "family"} & set(parts):
             c.update(knn_X=np.asarray(X, dtype=np.float64), knn_sum=data.sums, knn_count=data.counts,
                      knn_prior=model_select.plan_prior(data.sums, data.counts))
-        self.model = {"kind": chosen.kind, "C": chosen.C, "k": chosen.k, "meta": chosen.meta,
-                      "knn_meta": chosen.knn_meta, "n_meta": int(n_meta), "alpha_cost": alpha["cost"],
-                      "alpha_lat": alpha["lat"]}
+        self.model = {"kind": chosen.kind, "parts": list(parts), "C": chosen.C, "k": chosen.k, "s": chosen.s,
+                      "meta": chosen.meta, "knn_meta": chosen.knn_meta, "n_meta": int(n_meta),
+                      "alpha_cost": alpha["cost"], "alpha_lat": alpha["lat"]}
         self.coef, self.n_train = c, n
         return self
 
     # ------------------------------------------------------------ prediction
     def p_correct(self, X: np.ndarray) -> np.ndarray:
-        """[rows, plans] P(correct) from the fitted model (logistic, kNN or their mean)."""
-        c, kind = self.coef, self.model.get("kind", "logistic")
-        if kind in ("knn", "blend"):
-            k = int(self.model["k"])
-            knn = model_select.knn_predict(X, c["knn_X"], c["knn_sum"], c["knn_count"], c["knn_prior"], [k],
-                                     int(self.model.get("n_meta", 0)), bool(self.model.get("knn_meta", True)))[k]
-            if kind == "knn":
-                return knn
-        logistic = 1.0 / (1.0 + np.exp(-(X @ c["acc_w"].T + c["acc_b"])))
-        return logistic if kind == "logistic" else (logistic + knn) / 2
+        """[rows, plans] P(correct) from the fitted model: the mean of its parts' (logistic, kNN, family)."""
+        c, m = self.coef, self.model
+        out = []
+        for part in parts_of(m):
+            if part == "logistic":
+                out.append(1.0 / (1.0 + np.exp(-(X @ c["acc_w"].T + c["acc_b"]))))
+            elif part == "knn":
+                k = int(m["k"])
+                out.append(model_select.knn_predict(X, c["knn_X"], c["knn_sum"], c["knn_count"], c["knn_prior"], [k],
+                                                    int(m.get("n_meta", 0)), bool(m.get("knn_meta", True)))[k])
+            else:
+                s = float(m["s"])
+                out.append(model_select.family_predict(X, c["knn_X"], c["knn_sum"], c["knn_count"], c["knn_prior"],
+                                                       [s], int(m["n_meta"]))[s])
+        return out[0] if len(out) == 1 else np.mean(out, axis=0)
 
     def expected(self, X: np.ndarray) -> Expected:
         if not self.coef:
@@ -237,10 +253,11 @@ class RouteEstimator:
         est.model = dict(meta.get("model") or {"kind": "logistic", "C": est.C, "meta": True, "n_meta": 0})
         est.selection = dict(meta.get("selection") or {})
         kind = est.model.get("kind")
-        if kind not in ("logistic", "knn", "blend"):
-            raise ValueError(f"{d}: unknown P(correct) model {kind!r} (this version has logistic, knn, blend)")
-        need = (("acc_w", "acc_b") if kind != "knn" else ()) + (
-            ("knn_X", "knn_sum", "knn_count", "knn_prior") if kind != "logistic" else ())
+        if kind not in (*model_select.KINDS, "blend"):
+            raise ValueError(f"{d}: unknown P(correct) model {kind!r} (this version has logistic, knn, family, blend)")
+        parts = parts_of(est.model)
+        need = (("acc_w", "acc_b") if "logistic" in parts else ()) + (
+            ("knn_X", "knn_sum", "knn_count", "knn_prior") if {"knn", "family"} & set(parts) else ())
         lacking = [k for k in need if k not in est.coef]
         if lacking:
             raise ValueError(f"{d}: estimator.npz lacks {lacking} for its {est.model['kind']} model")

@@ -9,7 +9,8 @@ seconds and free of any policy's. `compare` fits, on the same training rows,
   family             the per-family fixed router (orchestra/routing/family.py), the baseline to beat;
 then reports on the held-out rows: the P(correct) log-loss; RouteLLM's yardstick (orchestra/eval/yardstick.py:
 two models, the score P̂(strong right) − P̂(weak right); more, the accuracy-vs-$ curve of a sweep of the cost
-weight, the family router swept the same way); where the family router lies above the estimator's curve; and,
+weight, the family router swept the same way); where the family router lies above the estimator's curve (with
+95 % intervals of that lead and of the APGR difference, the held-out questions resampled: `curve_intervals`); and,
 under each preset, accuracy, $ and reward with paired bootstrap intervals (orchestra/eval/stats.py) of
 estimator − family and estimator − always-strongest. bench/quality.py (`only=routers`) feeds it RouterArena's
 two-model log (`router_arena`) and the MMLU-Pro replay zoo (`replay_zoo`).
@@ -102,9 +103,9 @@ def compare(rec: Recorded, train: Sequence[int], test: Sequence[int], cost_scale
         lines.append(f"held-out log-loss{tag}: estimator − {other} {fmt_diff(paired_bootstrap_diff(ll['estimator'], ll[other]), digits=4)}"
                      f" (negative: the estimator's probabilities are better)")
     strong, cheap = ys.ends(ok, usd)
-    sweep = {k: [(float(usd[rows, c].mean()), float(ok[rows, c].mean()))
-                 for c in (picks(e, rec.plans, {"accuracy": 1.0, "cost": w, "latency": 0.0}, cost_scale, latency_scale)
-                           for w in USD_SWEEP)] for k, e in exps.items()}
+    chosen = {k: np.array([picks(e, rec.plans, {"accuracy": 1.0, "cost": w, "latency": 0.0}, cost_scale,
+                                 latency_scale) for w in USD_SWEEP]) for k, e in exps.items()}  # [weights, tasks]
+    sweep = {k: [(float(usd[rows, c].mean()), float(ok[rows, c].mean())) for c in cs] for k, cs in chosen.items()}
     if ok.shape[1] == 2:
         two = {k: exps[k].p_correct[:, strong] - exps[k].p_correct[:, cheap]
                for k in ("estimator", "estimator_routing", "estimator_before")}
@@ -129,6 +130,13 @@ def compare(rec: Recorded, train: Sequence[int], test: Sequence[int], cost_scale
         figures.update(ys.log_yardstick(ok, usd, sweeps=sweep)["figures"])
     # the family router's sweep points against the estimator's curve: > 0 where the family router is above it
     gaps = [a - frontier_accuracy(u, sweep["estimator"]) for u, a in sweep["family"]]
+    if ok.shape[1] > 2:  # how much of either figure is the held-out questions' draw
+        for k in ("estimator", "estimator_routing"):
+            ci = curve_intervals(ok, usd, chosen[k], chosen["family"])
+            lines.append(f"$ curve{tag}: {k} − family APGR [{ci['apgr_diff'][0]:+.3f}, {ci['apgr_diff'][1]:+.3f}], the "
+                         f"family router's largest lead [{100 * ci['max_gap'][0]:+.2f}, {100 * ci['max_gap'][1]:+.2f}] "
+                         "points (95 %, held-out questions resampled; the lead is a maximum over the sweep, so it "
+                         "sits above 0 by chance too)")
     figures["max_gap_family_over_estimator_points"] = 100.0 * max(gaps)
     figures["max_gap_family_over_estimator_routing_points"] = 100.0 * max(
         a - frontier_accuracy(u, sweep["estimator_routing"]) for u, a in sweep["family"])
@@ -140,6 +148,27 @@ def compare(rec: Recorded, train: Sequence[int], test: Sequence[int], cost_scale
     for name in PRESETS:
         lines += _preset_lines(name, exps, rec.plans, ok, usd, lat, strong, cost_scale, latency_scale, tag, figures)
     return figures, lines
+
+
+def curve_intervals(ok: np.ndarray, usd: np.ndarray, a: np.ndarray, b: np.ndarray, n: int = 1000, seed: int = 0
+                    ) -> dict[str, tuple[float, float]]:
+    """95 % intervals, the questions resampled with their choices kept, of APGR(a) − APGR(b) on the $ axis and of
+    b's largest lead over a's curve (a, b: [sweep weights, questions] chosen columns; ok / usd: [questions,
+    models]). Paired: both routers are judged on each resample's questions."""
+    rng = np.random.default_rng(seed)
+    strong, cheap = ys.ends(ok, usd)
+    diffs, gaps = [], []
+    for _ in range(n):
+        idx = rng.integers(0, len(ok), len(ok))
+        o, u = ok[idx], usd[idx]
+        rows = np.arange(len(idx))
+        pts = [[(float(u[rows, c[idx]].mean()), float(o[rows, c[idx]].mean())) for c in x] for x in (a, b)]
+        anchors = ((float(u[:, cheap].mean()), float(o[:, cheap].mean())),
+                   (float(u[:, strong].mean()), float(o[:, strong].mean())))
+        diffs.append(ys.usd_curve(pts[0], *anchors).apgr - ys.usd_curve(pts[1], *anchors).apgr)
+        gaps.append(max(acc - frontier_accuracy(cost, pts[0]) for cost, acc in pts[1]))
+    return {k: (float(np.quantile(v, 0.025)), float(np.quantile(v, 0.975)))
+            for k, v in (("apgr_diff", diffs), ("max_gap", gaps))}
 
 
 def _preset_lines(name: str, exps: dict[str, Expected], plans: Sequence[Plan], ok: np.ndarray, usd: np.ndarray,

@@ -141,11 +141,67 @@ def test_a_blend_is_the_mean_of_its_parts_and_survives_save_and_load(tmp_path):
     est = RouteEstimator([A, B]).fit(X, ids, outs)
     assert est.model["kind"] == "knn" and any(k.startswith("blend of") for k in est.selection["scores"])
     knn = est.p_correct(X[:5])
-    est.model["kind"] = "blend"  # the logistic part of a kNN fit is all zeros: P = 0.5
+    est.model.update(kind="blend", parts=["logistic", "knn"])  # a kNN fit's logistic part is all zeros: P = 0.5
     np.testing.assert_allclose(est.p_correct(X[:5]), (knn + 0.5) / 2)
     est.save(tmp_path)
     again, _ = RouteEstimator.load(tmp_path)
     np.testing.assert_allclose(again.p_correct(X[:5]), (knn + 0.5) / 2)
+
+
+def test_a_blend_file_from_before_the_family_kind_loads_as_logistic_plus_knn(tmp_path):
+    X, p = sectors(160)
+    ids, outs = outcomes_from(p, 1)
+    est = RouteEstimator([A, B]).fit(X, ids, outs)
+    knn = est.p_correct(X[:5])
+    est.model.update(kind="blend")
+    del est.model["parts"]  # what the previous version wrote
+    est.save(tmp_path)
+    again, _ = RouteEstimator.load(tmp_path)
+    np.testing.assert_allclose(again.p_correct(X[:5]), (knn + 0.5) / 2)
+
+
+def families(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+    """Embeddings that are pure noise and a 4-valued family one-hot that sets P(A right): only the family tells."""
+    rng = np.random.default_rng(seed)
+    fam = rng.integers(0, 4, n)
+    X = np.hstack([rng.normal(size=(n, 8)), np.eye(4)[fam]])
+    return X, np.array([0.9, 0.1, 0.7, 0.3])[fam], 4
+
+
+def test_family_means_by_hand():
+    """Two families; the query of family 0 averages the two family-0 tasks, smoothed by s pseudo-episodes of the
+    prior; a query of a family no training task has gets all of them (the prior, smoothed)."""
+    from orchestra.routing.select import family_predict
+
+    Xt = np.array([[0.3, 1, 0], [-0.2, 1, 0], [0.9, 0, 1]])
+    sums, counts = np.array([[1.0], [0.0], [2.0]]), np.array([[1.0], [2.0], [2.0]])
+    prior = np.array([0.5])
+    Xq = np.array([[5.0, 1, 0], [1.0, 0, 0]])
+    got = family_predict(Xq, Xt, sums, counts, prior, [1.0, 5.0], n_meta=2)
+    np.testing.assert_allclose(got[1.0][:, 0], [(1 + 0.5) / (3 + 1), (3 + 0.5) / (5 + 1)])
+    np.testing.assert_allclose(got[5.0][:, 0], [(1 + 2.5) / (3 + 5), (3 + 2.5) / (5 + 5)])
+
+
+def test_selection_uses_the_family_where_only_the_family_tells_and_it_survives_save_and_load(tmp_path):
+    X, p, n_meta = families(240)
+    ids, outs = outcomes_from(p, 4)
+    est = RouteEstimator([A, B]).fit(X, ids, outs, n_meta=n_meta)
+    assert "family" in est.model["parts"], est.selection["chosen"]
+    assert any(k.startswith("family s=") for k in est.selection["scores"])
+    assert any(k.startswith("blend of") and "family" in k for k in est.selection["scores"])
+    Xq, pq, _ = families(100, seed=3)
+    got = est.expected(Xq).p_correct[:, 0]
+    assert np.corrcoef(got, pq)[0, 1] > 0.9
+    est.save(tmp_path)
+    again, _ = RouteEstimator.load(tmp_path)
+    np.testing.assert_allclose(again.p_correct(Xq), est.p_correct(Xq))
+
+
+def test_no_meta_columns_means_no_family_candidate():
+    X, p = sectors(120)
+    ids, outs = outcomes_from(p, 1)
+    est = RouteEstimator([A, B]).fit(X, ids, outs)
+    assert not any("family" in k for k in est.selection["scores"])
 
 
 def test_routing_value_by_hand():
@@ -173,3 +229,25 @@ def test_routing_criterion_scores_every_candidate_and_picks_the_best_router():
     assert "routing" in est.selection["method"] and est.model["kind"] in ("knn", "blend")
     with pytest.raises(ValueError, match="select_by"):
         RouteEstimator([A, B], select_by="accuracy")
+
+
+def test_meta_one_hots_stay_unless_leaving_them_out_wins_by_more_than_one_standard_error():
+    """A family one-hot that carries nothing. Where a line decides, leaving it out wins by noise: the one-SE rule
+    keeps the configured one-hots and says so. Where the circle's sectors decide, the one-hot (+1 similarity per
+    shared family) splits every kNN neighbourhood: leaving it out wins clearly and stands."""
+    from orchestra.routing.select import Candidate, uses_meta
+
+    noise = np.eye(4)[np.random.default_rng(5).integers(0, 4, 240)]
+    X, p = linear(240)
+    ids, outs = outcomes_from(p, 2)
+    est = RouteEstimator([A, B]).fit(np.hstack([X, noise]), ids, outs, n_meta=4)
+    sc = est.selection["scores"]
+    plain_best = min(sc, key=lambda k: sc[k]["log_loss"])
+    assert "no meta" in plain_best and est.model["meta"] and est.model["kind"] == "logistic"
+    assert "within one standard error" in est.selection["rule"] and plain_best in est.selection["rule"]
+    X, p = sectors(240)
+    ids, outs = outcomes_from(p, 1)
+    est = RouteEstimator([A, B]).fit(np.hstack([X, noise]), ids, outs, n_meta=4)
+    assert est.model["kind"] == "knn" and not est.model["knn_meta"] and "rule" not in est.selection
+    assert uses_meta(Candidate("blend", parts=("knn", "family"))) and not uses_meta(
+        Candidate("blend", meta=False, parts=("logistic", "family")))
