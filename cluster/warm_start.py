@@ -103,7 +103,8 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     estimator = RouteEstimator(plans, C=rc.C, alpha=rc.alpha, seed=c.seed, select_by=rc.select_by).fit(
         X, ids, outcomes, features.n_meta)
     console.print(f"  estimator router: chose {estimator.selection.get('chosen', estimator.model['kind'])} by "
-                  f"{estimator.folds}-fold cross-validation ({rc.select_by})")
+                  f"{estimator.folds}-fold cross-validation ({rc.select_by})"
+                  + (f"; {estimator.selection['rule']}" if estimator.selection.get("rule") else ""))
     EstimatorRouter(estimator, features, r.cost_scale, r.latency_scale, model_dir=c.zoo.retriever.model_dir,
                     embed_dtype=rc.embed_dtype).save(run_dir)
     expected = cross_fitted(X, ids, outcomes, plans, folds=rc.folds, seed=c.seed, C=rc.C, alpha=rc.alpha,

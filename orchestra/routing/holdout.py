@@ -92,7 +92,8 @@ def compare(rec: Recorded, train: Sequence[int], test: Sequence[int], cost_scale
     scores = est.selection.get("scores", {})
     best3 = ", ".join(f"{k} {v['log_loss']:.4f}" for k, v in sorted(scores.items(), key=lambda kv: kv[1]["log_loss"])[:3])
     lines = [f"estimator{tag}: {len(train)} training / {len(test)} held-out tasks; chose {est.selection.get('chosen')}"
-             f" by cross-validated log-loss (best: {best3})"]
+             f" by cross-validated log-loss (best: {best3})"
+             + (f"; {est.selection['rule']}" if est.selection.get("rule") else "")]
     figures: dict[str, float] = {}
     ll = {k: -np.sum(ok * np.log(np.clip(e.p_correct, EPS, 1 - EPS))
                      + (1 - ok) * np.log(np.clip(1 - e.p_correct, EPS, 1 - EPS)), axis=1) / ok.shape[1]
