@@ -12,7 +12,8 @@ Candidates (every one fitted per plan on the same task features as orchestra/rou
             with the query (its family / subject), s over `GRID_S`: what the per-family fixed router
             (orchestra/routing/family.py) knows, as a probability. The per-plan logistic fits shrink the family
             one-hots with the embedding's C and estimate each plan on its own; on MMLU-Pro the family means routed
-            better on the $ axis than every embedding model (held-out APGR 0.63 vs 0.59, 3 splits).
+            better on the $ axis than the model the log-loss selection chose (held-out APGR 0.63-0.65 vs 0.59, 3
+            splits), though not better than a logistic fit with the subject at C = 0.1 (0.68).
   blend     the mean of the probabilities of the best candidate of each kind, every pair and all three (scored on
             the same out-of-fold predictions). The kNN and family parts estimate every plan on the same tasks, so
             differences between plans are paired, which the routing choice is about; the embedding parts add what
@@ -28,9 +29,9 @@ candidate that keeps them (the one-standard-error rule, here in favour of the co
 400 training questions the plain minimum left the subject out on 2 of 3 splits by < 0.003 log-loss, and those
 choices routed worse on 2000 held-out questions than the best with it (APGR on $ 0.58 vs 0.62 for kNN k=40).
 Folds are by task (several seeds of a task stay together) and drawn from a fixed seed, so a run's choice is
-deterministic. Too few tasks to cross-validate (< MIN_TASKS) leave the caller's fixed logistic regression in place. The ridge
-strength of the $ and seconds regressions is chosen the same way (`choose_alpha`: squared error relative to each
-plan's mean square).
+deterministic. Too few tasks to cross-validate (< MIN_TASKS) leave the caller's fixed logistic regression in
+place. The ridge strength of the $ and seconds regressions is chosen the same way (`choose_alpha`: squared error
+relative to each plan's mean square).
 """
 
 from __future__ import annotations
