@@ -116,7 +116,10 @@ def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
         "RESULT heldout_reward_gain", "RESULT heldout_reward_gain_lo", "RESULT heldout_reward_gain_hi",
         "RESULT heldout_pref_spread", "RESULT heldout_monotone", "RESULT heldout_format_ok",
         "RESULT heldout_vs_estimator", "RESULT heldout_vs_estimator_lo", "RESULT heldout_vs_estimator_hi",
-        "RESULT heldout_unseen_adherence", "RESULT train_wall_s", "RESULT rl_gain_ci_low"]
+        "RESULT heldout_unseen_adherence", "RESULT heldout_hint_agreement", "RESULT train_wall_s",
+        "RESULT rl_gain_ci_low"]
+    assert 0.0 <= summary["heldout_hint_agreement"] <= 1.0  # the run shows route hints: agreement is measured
+    assert set(summary["after_sft"]["hint_agreement_by_pref"]) == {"accuracy-first", "balanced", "cost-first"}
     assert summary["heldout_reward_gain_lo"] <= summary["heldout_reward_gain"] <= summary["heldout_reward_gain_hi"]
     assert [p["cost_weight"] for p in summary["unseen_sweep"]["points"]] == list(SWEEP_COSTS)  # vectors no training used
     # route hints: every task, training and held-out, carries the router's estimates in the saved task files
