@@ -3,8 +3,10 @@ failure raises ConfigError naming the key, before any actor starts."""
 
 from __future__ import annotations
 
+from orchestra.agent.prompt import CATALOGUES  # the value lists live with the code that reads them
 from orchestra.config.schema import ConfigError, ExperimentConfig, MCPServerConfig
 from orchestra.preferences import PRESETS, parse_preference
+from orchestra.routing.select import CRITERIA
 
 
 def validate(cfg: ExperimentConfig) -> None:
@@ -62,8 +64,8 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.router.C > 0 and cfg.router.alpha > 0, "router.C", "router.C and router.alpha must be > 0")
     need(cfg.router.folds >= 2, "router.folds", "cross-fitting needs at least 2 folds")
     need(cfg.router.embed_dtype in ("float32", "bfloat16"), "router.embed_dtype", "must be float32 or bfloat16")
-    need(cfg.router.select_by in ("log_loss", "routing"), "router.select_by",
-         f"must be log_loss or routing, got {cfg.router.select_by!r}")
+    need(cfg.router.select_by in CRITERIA, "router.select_by",
+         f"must be one of {', '.join(CRITERIA)}, got {cfg.router.select_by!r}")
     for name in cfg.eval.presets:
         need(name in PRESETS, "eval.presets", f"{name!r} is not a preset; choose from {sorted(PRESETS)}")
     need(not cfg.sft.paired or bool(cfg.data.preference_pairs), "sft.paired",
@@ -119,8 +121,8 @@ def check_preference_sampling(cfg: ExperimentConfig, need) -> None:
          "agent.preference_levels", f"must be empty or four rising bounds > 0 (minimal, low, medium, high), got {levels}")
     need(a.preference_numbers or a.preference_words, "agent.preference_numbers",
          "false shows the preference only in words: set agent.preference_words=true too")
-    need(a.tool_catalogue in ("full", "brief", "none"), "agent.tool_catalogue",
-         f"must be full, brief or none, got {a.tool_catalogue!r}")
+    need(a.tool_catalogue in CATALOGUES, "agent.tool_catalogue",
+         f"must be one of {', '.join(CATALOGUES)}, got {a.tool_catalogue!r}")
     if a.route_hints:
         need(s.teacher == "expected_value", "agent.route_hints", "the hints are the estimator router's: needs "
              "sft.teacher=expected_value")
