@@ -229,6 +229,11 @@ def test_routing_criterion_scores_every_candidate_and_picks_the_best_router():
     assert "routing" in est.selection["method"] and est.model["kind"] in ("knn", "blend")
     with pytest.raises(ValueError, match="select_by"):
         RouteEstimator([A, B], select_by="accuracy")
+    from orchestra.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="router.select_by.*log_loss, routing"):
+        load_config(["router.select_by=accuracy"])
+    assert load_config(["router.select_by=routing"]).router.select_by == "routing"
 
 
 def test_meta_one_hots_stay_unless_leaving_them_out_wins_by_more_than_one_standard_error():
