@@ -74,3 +74,22 @@ def test_reward_is_the_scalar_rubric_of_one_call():
     got = reward({"accuracy": 1.0, "cost": 0.5, "latency": 0.2}, np.array([1.0, 0.0]), np.array([0.01, 0.02]),
                  np.array([2.0, 4.0]), cost_scale=0.01, latency_scale=10.0)
     assert got.tolist() == pytest.approx([1.0 - 0.5 - 0.04, -1.0 - 0.08])
+
+
+def test_curve_intervals_are_zero_for_one_router_and_signed_when_one_dominates():
+    """Three models (priciest most accurate). A router against itself: both intervals are exactly 0. A router that
+    sends the questions the cheapest model gets wrong to the strongest, against one that sends a fixed share: its
+    APGR is higher on every resample, and the other never leads it (they meet at the shared ends)."""
+    from orchestra.routing.holdout import curve_intervals
+
+    rng = np.random.default_rng(0)
+    n = 300
+    ok = np.column_stack([np.ones(n), rng.random(n) < 0.7, rng.random(n) < 0.5]).astype(float)
+    usd = np.tile([1.0, 0.3, 0.1], (n, 1))
+    half = np.array([np.where(np.arange(n) < n * f, 0, 2) for f in (0.0, 0.25, 0.5, 1.0)])  # [weights, questions]
+    upgrade = np.where(ok[:, 2] == 1, 2, 0)  # the questions the cheapest model misses go to the strongest
+    smart = np.array([np.full(n, 2), upgrade, upgrade, np.zeros(n, int)])  # same two ends as `half`
+    same = curve_intervals(ok, usd, half, half, n=200)
+    assert same == {"apgr_diff": (0.0, 0.0), "max_gap": (0.0, 0.0)}
+    ci = curve_intervals(ok, usd, smart, half, n=200)
+    assert ci["apgr_diff"][0] > 0 and ci["max_gap"][1] <= 0
