@@ -79,8 +79,7 @@ def summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task
         if prefs:
             out["by_pref"] = {prefs[0]: {k: v for k, v in out.items() if k != "by_family"}}
         return out
-    name_of = {tuple(sorted(preset(p).items())): p for p in prefs}
-    uid_pref = {q["uid"]: name_of[tuple(sorted(q["task"]["pref"].items()))] for q in requests or []}
+    uid_pref = preset_of(requests or [], prefs)
     parts: dict[str, tuple[list[EpisodeResult], list[Scored]]] = {p: ([], []) for p in prefs}
     for r, s in zip(results, scored, strict=True):
         name = uid_pref[r.uid]
@@ -96,6 +95,12 @@ def summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task
     return out
 
 
+def preset_of(requests: list[dict[str, Any]], prefs: list[str]) -> dict[str, str]:
+    """Request uid -> the name of the preset (of `prefs`) its task was played under."""
+    name_of = {tuple(sorted(preset(p).items())): p for p in prefs}
+    return {q["uid"]: name_of[tuple(sorted(q["task"]["pref"].items()))] for q in requests}
+
+
 # below this share of held-out episodes under some preset the policy is not following its route hints: the runs
 # that learned to copy the line agreed on 89-100 % under every preset, those that collapsed on 29 % under one
 # (docs/quality.md, "Per-question routing by the policy")
@@ -108,16 +113,14 @@ def hint_agreement(results: list[EpisodeResult], requests: list[dict[str, Any]],
     under its request's preference, "hint_agreement_by_pref": the same per preset (with several `prefs`)}; {}
     when no request carries router estimates (route hints off)."""
     by_uid = {q["uid"]: Task.from_dict(q["task"]) for q in requests}
-    name_of = {tuple(sorted(preset(p).items())): p for p in prefs or []}
+    uid_pref = preset_of(requests, prefs) if len(prefs or []) > 1 else {}
     hits: dict[str, list[float]] = {}
     for r in results:
-        task = by_uid[r.traj.uid]
-        found = suggestion(task)
+        found = suggestion(by_uid[r.traj.uid])
         if found is None:
             continue
         calls = [[rec.name, rec.tool_id] for rec in r.traj.tool_records]
-        key = name_of.get(tuple(sorted((task.pref or {}).items())), "")
-        hits.setdefault(key, []).append(float(calls == [list(c) for c in found[1]]))
+        hits.setdefault(uid_pref.get(r.traj.uid, ""), []).append(float(calls == [list(c) for c in found[1]]))
     if not hits:
         return {}
     out: dict[str, Any] = {"hint_agreement": mean(v for h in hits.values() for v in h)}

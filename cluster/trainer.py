@@ -240,8 +240,9 @@ class Trainer:
         self.records.write(f"eval_{tag}", "eval", -1, requests, results, scored, self._sampling(True))
         if vectors:
             return heldout.sweep_summary(results, scored, requests)
-        out = {**heldout.summary(results, scored, tasks, requests, prefs),
-               **heldout.hint_agreement(results, requests, prefs)}
+        out = heldout.summary(results, scored, tasks, requests, prefs)
+        if self.cfg.agent.route_hints:  # which plan the policy called against what its router line said
+            out.update(heldout.hint_agreement(results, requests, prefs))
         dashboard.record("heldout_score", out["score"], stage=tag)
         return out
 

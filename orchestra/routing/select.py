@@ -254,17 +254,18 @@ def cross_validate(X: np.ndarray, data: PlanData, n_meta: int, folds: int = 5, s
         raise ValueError("criterion='routing' needs tasks on which every plan was played (explore every plan on "
                          "each task, router.explore_tasks)")
 
-    per_task: dict[str, np.ndarray] = {}  # candidate -> each task's term of the criterion, for the paired SE
+    # candidate -> each task's term of the criterion, for the meta rule's paired SE (only with meta one-hots)
+    per_task: dict[str, np.ndarray] = {}
 
     def score(name: str, p: list[np.ndarray]) -> dict[str, float]:
         out = _scores(p, data.y)
-        if criterion == "log_loss":  # each task's summed loss over its outcomes, in units of the mean's
+        if n_meta and criterion == "log_loss":  # each task's summed loss over its outcomes, in units of the mean's
             per_task[name] = _per_task([_log_loss(pj, yj) for pj, yj in zip(p, data.y, strict=True)], data, n,
                                        mean=False).sum(axis=1) * n / sum(len(y) for y in data.y)
         if cost is not None and len(full):
             values = routing_per_task(_per_task(p, data, n)[full], correct, cost[full])
             out["routing"] = float(np.mean(values))
-            if criterion == "routing":
+            if n_meta and criterion == "routing":
                 per_task[name] = -values  # lower is better, as log-loss
         return out
 
