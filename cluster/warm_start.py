@@ -8,10 +8,10 @@ becomes the warm-started policy (so KL anchors RL to it). Where the demonstratio
   task's preference), in hindsight; with `sft.paired` every task is demonstrated under each vector of the
   preference pairing (cluster/rollouts.paired_tasks).
 - `expected_value` (orchestra/routing/): every plan is played once on `router.explore_tasks` training tasks
-  (exploration), the estimator router is fitted on those outcomes and saved in `<run_dir>/router/` (a policy
-  of its own for evaluation and serving), and each (explored task, preference vector) is demonstrated with the
-  plan a cross-fitted estimator rates best in expectation, under each of `sft.vectors` (plus
-  `sft.vectors_sampled` sampled vectors per task).
+  and on `router.extra_tasks` router-only ones (exploration), the estimator router is fitted on those outcomes
+  and saved in `<run_dir>/router/` (a policy of its own for evaluation and serving), and each (explored training
+  task, preference vector) is demonstrated with the plan a cross-fitted estimator rates best in expectation,
+  under each of `sft.vectors` (plus `sft.vectors_sampled` sampled vectors per task).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     """Exploration -> estimator router (saved) -> cross-fitted expected-value labels -> their episodes as
     training samples; and a report (label mix per preset, timings)."""
     from orchestra.agent.prompt import Prompter
-    from orchestra.routing.estimator import RouteEstimator, TaskFeatures
+    from orchestra.routing.estimator import Expected, RouteEstimator, TaskFeatures
     from orchestra.routing.explore import explore
     from orchestra.routing.hints import attach
     from orchestra.routing.plans import enumerate_plans
@@ -86,11 +86,13 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     run_dir = Path(c.run_dir).expanduser().resolve()
     n = rc.explore_tasks or len(train)
     tasks = random.Random(f"explore:{c.seed}").sample(train, min(n, len(train)))
+    pool = router_pool(c, run_dir)  # router.extra_tasks: explored and fitted on, never labelled
+    explored = tasks + pool
     plans = enumerate_plans(tools.schemas(tasks[0]))
     eos = eos_token_ids(tok)
     t0 = time.perf_counter()
-    bar = bars.add("explore", len(tasks) * len(plans))
-    outcomes = explore(tasks, plans, tools, tok, Prompter(tok, **launch.prompter_kwargs(c)), eos[0],
+    bar = bars.add("explore", len(explored) * len(plans))
+    outcomes = explore(explored, plans, tools, tok, Prompter(tok, **launch.prompter_kwargs(c)), eos[0],
                        agent_kwargs={**c.agent.loop_kwargs(), "eos_token_ids": eos},
                        score=episode_scorer(dict(r.judges), cost_scale=r.cost_scale, latency_scale=r.latency_scale,
                                             price_in=c.model.price_in_per_mtok, price_out=c.model.price_out_per_mtok),
@@ -98,8 +100,8 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                        on_episode=lambda _rec: bars.advance(bar))
     bars.remove(bar)
     explore_s = time.perf_counter() - t0
-    features = TaskFeatures(embed_texts(c.zoo.retriever.model_dir, rc.embed_dtype), rc.meta_keys).fit_vocab(tasks)
-    X, ids = features(tasks), [t.id for t in tasks]
+    features = TaskFeatures(embed_texts(c.zoo.retriever.model_dir, rc.embed_dtype), rc.meta_keys).fit_vocab(explored)
+    X, ids = features(explored), [t.id for t in explored]
     estimator = RouteEstimator(plans, C=rc.C, alpha=rc.alpha, seed=c.seed, select_by=rc.select_by).fit(
         X, ids, outcomes, features.n_meta)
     console.print(f"  estimator router: chose {estimator.selection.get('chosen', estimator.model['kind'])} by "
@@ -109,10 +111,12 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                     embed_dtype=rc.embed_dtype).save(run_dir)
     expected = cross_fitted(X, ids, outcomes, plans, folds=rc.folds, seed=c.seed, C=rc.C, alpha=rc.alpha,
                             n_meta=features.n_meta, select_by=rc.select_by)
+    m = len(tasks)  # the training tasks' rows come first; the pool's rows only served the fits
+    expected = Expected(expected.p_correct[:m], expected.cost_usd[:m], expected.latency_s[:m])
     if c.agent.route_hints:  # the prompt's router line (orchestra/routing/hints.py), on the trainer's own tasks
         attach(tasks, expected, plans, r.cost_scale, r.latency_scale)  # cross-fitted, as the labels
-        explored = set(ids)
-        rest = [t for t in train if t.id not in explored]
+        labelled = {t.id for t in tasks}
+        rest = [t for t in train if t.id not in labelled]
         if rest:
             attach(rest, estimator.expected(features(rest)), plans, r.cost_scale, r.latency_scale)
     labels = teacher_labels(tasks, expected, plans, c.sft.vectors_sampled, c.seed, r.cost_scale, r.latency_scale,
@@ -129,11 +133,31 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
         console.print(f"  teacher, {name}: {top}")
     samples = scripted_samples([(lab.task, lab.plan.texts()) for lab in labels], tools, tok,
                                launch.prompter_kwargs(c), c.agent.loop_kwargs(), eos, c.sampling.max_tokens)
-    console.print(f"  teacher: {len(outcomes)} exploration episodes ({len(tasks)} tasks x {len(plans)} plans) in "
+    console.print(f"  teacher: {len(outcomes)} exploration episodes ({len(tasks)} tasks"
+                  + (f" + {len(pool)} router-only (router.extra_tasks)" if pool else "") + f" x {len(plans)} plans) in "
                   f"{explore_s:.0f}s; {len(labels)} expected-value labels -> {len(samples)} samples; estimator "
                   f"router saved in {run_dir / 'router'}")
-    return samples, {"explore_episodes": len(outcomes), "explore_s": explore_s, "teacher_labels": len(labels),
+    return samples, {"explore_episodes": len(outcomes), "explore_s": explore_s, "router_extra_tasks": len(pool),
+                     "teacher_labels": len(labels),
                      "teacher_mix": {k: dict(v) for k, v in mix.items()}}
+
+
+def router_pool(cfg: Any, run_dir: Path) -> list[Task]:
+    """`router.extra_tasks` tasks (orchestra/data/sources.build_router_pool), kept in <run_dir>/data/router_pool.jsonl
+    so a resumed run explores the same ones."""
+    from orchestra.config import task_tiers
+    from orchestra.data.sources import build_router_pool
+    from orchestra.data.tasks import load_tasks, save_tasks
+
+    n = cfg.router.extra_tasks
+    path = run_dir / "data" / "router_pool.jsonl"
+    if not n:
+        return []
+    if path.is_file():
+        return load_tasks(path)
+    pool = build_router_pool(cfg.data, n, task_tiers(cfg))
+    save_tasks(pool, path)
+    return pool
 
 
 def hint_heldout(run_dir: Path, train: list[Task], heldout: list[Task]) -> None:

@@ -61,6 +61,9 @@ def validate(cfg: ExperimentConfig) -> None:
         except ValueError as e:
             raise ConfigError(f"sft.vectors: {e}") from None
     need(cfg.router.explore_tasks >= 0, "router.explore_tasks", "must be >= 0 (0: every training task)")
+    need(cfg.router.extra_tasks >= 0, "router.extra_tasks", "must be >= 0")
+    need(cfg.router.extra_tasks == 0 or cfg.sft.teacher == "expected_value", "router.extra_tasks",
+         "only the expected-value teacher explores and fits a router: needs sft.teacher=expected_value")
     need(cfg.router.C > 0 and cfg.router.alpha > 0, "router.C", "router.C and router.alpha must be > 0")
     need(cfg.router.folds >= 2, "router.folds", "cross-fitting needs at least 2 folds")
     need(cfg.router.embed_dtype in ("float32", "bfloat16"), "router.embed_dtype", "must be float32 or bfloat16")

@@ -356,6 +356,10 @@ class RouterConfig:
     """The estimator router (orchestra/routing/): exploration, fit, and what the teacher labels with."""
 
     explore_tasks: int = 160  # training tasks every plan is played on (0: all of them)
+    # more tasks of a loaded set, after the held-out and training ones in the split's order, explored only to fit
+    # the estimator router (and so the teacher's labels and the route hints); the policy never trains on them. On a
+    # replay zoo or routing log their exploration replays recorded outcomes: seconds, no expert calls
+    extra_tasks: int = 0
     C: float = 1.0  # inverse L2 strength of the per-plan logistic regressions
     alpha: float = 1.0  # ridge strength of the $ and seconds regressions
     folds: int = 5  # cross-fitting folds for the teacher's labels

@@ -5,7 +5,8 @@
   as `<stem>.corpus.jsonl`, when there is one), and those integrations register (`tau2:<domain>...`,
   tools/tau2/wiring.py). `build_task_set(data_cfg, tiers)` -> (train, heldout, corpus): sources that do not
   split themselves are filtered by family, given the tier mapping and split by seed; training tasks then get
-  their preference vectors (`data.preference`).
+  their preference vectors (`data.preference`). `build_router_pool` takes the next tasks of that split for
+  `router.extra_tasks`.
 - Episode kinds, by a task's `data_source` prefix: the runner that plays its episodes and the judge that decides
   them. A data source no integration registered plays through the agent loop and is judged on its answer
   string by reward/judges.py; τ² registers a three-party driver judged by the official evaluator.
@@ -79,10 +80,16 @@ def task_source(spec: str) -> TaskSource:
     return _task_file
 
 
-def split_tasks(tasks: list[Task], n_train: int, n_heldout: int, seed: int) -> tuple[list[Task], list[Task]]:
-    """Deterministic disjoint split of a loaded set: shuffle by seed, held-out first, then train."""
+def split_order(tasks: list[Task], seed: int) -> list[Task]:
+    """The seeded order a loaded set is split in: held-out first, then train, then `router.extra_tasks`."""
     order = list(tasks)
     random.Random(f"split:{seed}").shuffle(order)
+    return order
+
+
+def split_tasks(tasks: list[Task], n_train: int, n_heldout: int, seed: int) -> tuple[list[Task], list[Task]]:
+    """Deterministic disjoint split of a loaded set: shuffle by seed, held-out first, then train."""
+    order = split_order(tasks, seed)
     heldout = order[:n_heldout]
     train = order[n_heldout:n_heldout + n_train]
     if not train:
@@ -99,14 +106,38 @@ def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None) -> tuple[
                          "have); leave data.splits empty to split by seed")
     tasks, heldout, corpus = load(source, data_cfg, tiers)
     if heldout is None:
-        families = list(data_cfg.families) or None
-        if families:
-            tasks = [t for t in tasks if t.meta.get("family") in families]
-        if tiers:
-            for t in tasks:
-                t.model_mapping = t.model_mapping or dict(tiers)
-        tasks, heldout = split_tasks(tasks, data_cfg.n_train, data_cfg.n_heldout, data_cfg.seed)
+        tasks, heldout = split_tasks(_prepared(tasks, data_cfg, tiers), data_cfg.n_train, data_cfg.n_heldout,
+                                     data_cfg.seed)
     return _with_preference(tasks, data_cfg), heldout, corpus
+
+
+def build_router_pool(data_cfg: Any, n: int, tiers: dict[str, str] | None = None) -> list[Task]:
+    """`router.extra_tasks`: `n` more tasks of a loaded set split by seed, the next ones in the split's order after
+    its held-out and training tasks (`split_order`), so disjoint from both and the same for the same seed. Only the
+    estimator router is fitted on them (their exploration is the recorded outcomes on a replay zoo or routing log);
+    the policy never trains on them. Sources that generate or split their own tasks (the template, τ²) have none."""
+    source = str(data_cfg.source)
+    tasks, heldout, _ = task_source(source)(source, data_cfg, tiers)
+    if heldout is not None:
+        raise ValueError(f"router.extra_tasks={n}: the source {source!r} generates or splits its own tasks; extra "
+                         "router tasks come from a loaded set split by seed (loader:..., a task file)")
+    start = data_cfg.n_heldout + data_cfg.n_train
+    pool = split_order(_prepared(tasks, data_cfg, tiers), data_cfg.seed)[start:start + n]
+    if len(pool) < n:
+        raise ValueError(f"router.extra_tasks={n}: the source {source!r} has only {len(pool)} tasks after the "
+                         f"{data_cfg.n_heldout} held-out and {data_cfg.n_train} training ones")
+    return pool
+
+
+def _prepared(tasks: list[Task], data_cfg: Any, tiers: dict[str, str] | None) -> list[Task]:
+    """A loaded set cut to `data.families` and given the tier mapping (tasks that bring their own keep it)."""
+    families = list(data_cfg.families) or None
+    if families:
+        tasks = [t for t in tasks if t.meta.get("family") in families]
+    if tiers:
+        for t in tasks:
+            t.model_mapping = t.model_mapping or dict(tiers)
+    return tasks
 
 
 def _with_preference(train: list[Task], data_cfg: Any) -> list[Task]:
