@@ -1,7 +1,8 @@
 """Orchestration quality: the trained orchestrator vs fixed routers on held-out tasks.
 
 `python bench/quality.py [replay_run=DIR] [sim_run=DIR] [replay_experiment=NAME] [sim_experiment=NAME]
- [train=true] [n=100] [seeds=2] [only=replay|sim|routers] [routers_seeds=1] [mmlu_train=N] [mmlu_heldout=N]`
+ [train=true] [n=100] [seeds=2] [only=replay|sim|routers] [routers_seeds=1] [mmlu_train=N] [mmlu_heldout=N]
+ [mmlu_extra=N]`
 
 For each setting — the MMLU-Pro replay preset (experiment=mmlu_pro_replay: six real models' recorded
 outcomes; figures `quality_*`) and the embedded default (experiment=cpu_tiny, simulated zoo; `sim_quality_*`)
@@ -39,7 +40,9 @@ per family beats the simulated always-strongest too, which says what such a win 
 `only=routers` (also part of the default run) needs no policy: the estimator router (selected per run), the same
 estimator before the selection, and the per-family fixed router, fitted on a training split of recorded outcomes
 and judged on the held-out rest (orchestra/routing/holdout.py): RouterArena's two-model log (`routers_ra_*`; the
-importer's split, a fifth held out) and the MMLU-Pro replay preset's split (`routers_mmlu_*`): held-out log-loss,
+importer's split, a fifth held out) and the MMLU-Pro replay preset's split (`routers_mmlu_*`; the routers train on
+its data.n_train questions plus its router.extra_tasks, as its runs' router; `mmlu_train` / `mmlu_extra` /
+`mmlu_heldout` change those sizes): held-out log-loss,
 the yardstick, the family router's largest lead over the estimator's accuracy-vs-$ curve (`max_gap_*`, points),
 and per preset accuracy / $ / reward with paired intervals.
 """
@@ -326,7 +329,8 @@ def routers(args: dict[str, str], embed=None) -> dict[str, dict[str, float]]:
     embed = embed or embed_texts("", args.get("routers_embed_dtype", RouterConfig().embed_dtype))
 
     def mmlu(seed: int):
-        sizes = [f"data.{k}={args[a]}" for k, a in (("n_train", "mmlu_train"), ("n_heldout", "mmlu_heldout")) if a in args]
+        sizes = [f"{k}={args[a]}" for k, a in (("data.n_train", "mmlu_train"), ("data.n_heldout", "mmlu_heldout"),
+                                               ("router.extra_tasks", "mmlu_extra")) if a in args]
         cfg = load_config(["experiment=mmlu_pro_replay", f"seed={seed}", f"data.seed={seed}", *sizes])
         return replay_zoo(cfg, build_experts(cfg.zoo), embed)
 

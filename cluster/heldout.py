@@ -14,7 +14,8 @@ taught. With `eval.sweep` the held-out tasks are also played under the adherence
 the RL pairing's), and `sweep_summary` gives its `adherence` (−Spearman of cost weight and $) and points.
 Under `agent.route_hints` every summary also says how often the policy called the plan its prompt's router line
 suggested (`hint_agreement`, per preset in `by_pref`): a hinted policy that never learned to copy the line
-collapses to one plan per preset, and `hint_warning` says so after SFT instead of leaving it to the figures.
+collapses to one plan per preset, and `hint_warning` says so after SFT instead of leaving it to the figures;
+`train_hint_agreement` measures the same on training tasks while SFT runs (`sft.until_agreement`).
 When to evaluate is cluster/trainer.py's business.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -127,6 +129,22 @@ def hint_agreement(results: list[EpisodeResult], requests: list[dict[str, Any]],
     if len(prefs or []) > 1:
         out["hint_agreement_by_pref"] = {k: mean(v) for k, v in hits.items()}
     return out
+
+
+def train_hint_agreement(cfg: Any, train: list[Task], step: int, rollout: Callable[..., list[EpisodeResult]],
+                         bars: Any, sync: Callable[[], Any]) -> dict[str, float]:
+    """sft.until_agreement's check: the learner's weights to the workers (`sync`), then greedy episodes on (up to
+    eval.n_tasks) training tasks under each eval preset (`rollout(requests, eval_mode=True, bar=...)`, the
+    trainer's); {preset: share calling the hint's plan}. Training tasks, not held-out ones: the decision to train
+    on must not read the tasks the run is scored on."""
+    sync()
+    prefs = presets(cfg)
+    reqs = requests(train[: cfg.eval.n_tasks], cfg.seed, 1, f"sft{step}", prefs)
+    bar = bars.add(f"hint check {step}", len(reqs))
+    results = rollout(reqs, eval_mode=True, bar=bar)
+    bars.remove(bar)
+    out = hint_agreement(results, reqs, prefs)
+    return out.get("hint_agreement_by_pref") or {"all": out.get("hint_agreement", 0.0)}
 
 
 def hint_warning(summary: dict[str, Any]) -> str:

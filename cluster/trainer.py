@@ -255,8 +255,10 @@ class Trainer:
                                       self.tokenizer())
 
     def sft(self) -> dict[str, float]:
-        """The SFT warm start (cluster/warm_start.py) on the training tasks."""
-        return warm_start(self.cfg, self.learner, self.tools, self.train, self.bars, self.console)
+        """The SFT warm start (cluster/warm_start.py); sft.until_agreement checks the policy as it goes."""
+        return warm_start(self.cfg, self.learner, self.tools, self.train, self.bars, self.console,
+                          check=lambda step: heldout.train_hint_agreement(self.cfg, self.train, step, self.rollout,
+                                                                          self.bars, self.sync_weights))
 
     def rollout(self, requests: list[dict[str, Any]], eval_mode: bool = False, bar: Any = None
                 ) -> list[EpisodeResult]:

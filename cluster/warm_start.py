@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,8 @@ from reward.score import score_episode
 
 
 def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list[Task], bars: Any,
-               console: Any) -> dict[str, float]:
+               console: Any, check: Callable[[int], dict[str, float]] | None = None) -> dict[str, Any]:
+    """Demonstrations, then the SFT steps (`sft_loop`; `check`: the trainer's hint-agreement check)."""
     c = cfg
     tok = load_tokenizer(c.model.name, tiny=c.model.tiny, cache_dir=c.model.cache_dir,
                          chat_template=c.model.chat_template)
@@ -56,16 +58,41 @@ def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list
         samples = demo_samples(tasks, tools, tok, launch.prompter_kwargs(c), c.agent.loop_kwargs(),
                                eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens,
                                candidates=c.sft.candidates, scorer=scorer)
-    metrics: list[dict[str, Any]] = []
-    bar = bars.add("SFT steps", c.sft.steps)
-    for i, batch in enumerate(sft_batches(samples, c.sft.steps, c.sft.batch_size, c.seed)):
-        metrics.append(ray.get(learner.sft_update.remote(batch, lr=sft_lr(c.sft, i))))
-        bars.advance(bar)
-        if (i + 1) % max(1, c.sft.steps // 5) == 0:
-            console.print(f"  sft {i + 1}/{c.sft.steps}: loss {metrics[-1]['sft_loss']:.3f}")
+    loop = sft_loop(c.sft, lambda batch, lr: ray.get(learner.sft_update.remote(batch, lr=lr)), samples, c.seed,
+                    bars, console, check if c.sft.until_agreement else None)
     ray.get(learner.reset_reference.remote())  # KL anchors RL to the warm-started policy
-    return {"sft_samples": len(samples), "sft_loss": metrics[-1]["sft_loss"] if metrics else float("nan"),
-            **report}
+    return {"sft_samples": len(samples), **loop, **report}
+
+
+def sft_loop(sc: Any, update: Callable[[list[Any], float], dict[str, float]], samples: list[Any], seed: int,
+             bars: Any, console: Any, check: Callable[[int], dict[str, float]] | None = None) -> dict[str, Any]:
+    """`sc.steps` SFT updates; with `check` (sft.until_agreement) then chunks of steps // 4 more, each followed by
+    `check(steps done)` -> {preset: share of training tasks on which the policy calls its hint's plan}, until every
+    share reaches sc.until_agreement or sc.max_steps are done. {sft_loss, sft_steps_done[, sft_agreement_checks]}."""
+    total = max(sc.steps, sc.max_steps) if check else sc.steps
+    chunk = max(1, sc.steps // 4)
+    metrics: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
+    bar = bars.add("SFT steps", total)
+    for i, batch in enumerate(sft_batches(samples, total, sc.batch_size, seed)):
+        metrics.append(update(batch, sft_lr(sc, i)))
+        bars.advance(bar)
+        done = i + 1
+        if done % max(1, sc.steps // 5) == 0 or done == total:
+            console.print(f"  sft {done}/{sc.steps if done <= sc.steps else total}: loss {metrics[-1]['sft_loss']:.3f}")
+        if check is None or done < sc.steps or (done - sc.steps) % chunk or done == total:
+            continue
+        shares = check(done)
+        checks.append({"step": done, **shares})
+        low = {k: v for k, v in shares.items() if v < sc.until_agreement}
+        console.print(f"  sft {done}: the policy copies its route hint on "
+                      + ", ".join(f"{v:.0%} ({k})" for k, v in shares.items()) + " of training tasks"
+                      + (f"; below {sc.until_agreement:.0%}: {chunk} more steps" if low else ""))
+        if not low:
+            break
+    bars.remove(bar)
+    return {"sft_loss": metrics[-1]["sft_loss"] if metrics else float("nan"), "sft_steps_done": len(metrics),
+            **({"sft_agreement_checks": checks} if check else {})}
 
 
 def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task], bars: Any, console: Any

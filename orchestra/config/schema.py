@@ -324,7 +324,13 @@ class AlgoConfig:
 class SFTConfig:
     steps: int = 150
     lr: float = 2e-3
-    min_lr_ratio: float = 0.1  # the lr decays linearly from `lr` to lr x this over the steps (1.0: constant)
+    # the lr decays linearly from `lr` to lr x this over the steps (over max_steps with until_agreement; 1.0: constant)
+    min_lr_ratio: float = 0.1
+    # route hints: after `steps`, SFT goes on in steps // 4 chunks, each ended by a greedy check on training tasks,
+    # until the policy calls its hint's plan on at least this share of them under every eval preset, or `max_steps`
+    # (0: off). The copy of the hint is learned late and suddenly, at a step that varies by seed (docs/quality.md)
+    until_agreement: float = 0.0
+    max_steps: int = 0
     batch_size: int = 16
     demos: int = 600
     # 1: each demonstration is one random episode (teaches the format); k > 1: the best of k random episodes

@@ -236,15 +236,18 @@ def router_arena(embed: Callable[[list[str]], np.ndarray], seed: int = 0, heldou
 
 
 def replay_zoo(cfg: Any, experts: dict[str, Any], embed: Callable[[list[str]], np.ndarray]) -> Split:
-    """A replay experiment (e.g. mmlu_pro_replay) split as its runs split it (data.n_train / n_heldout, by seed):
+    """A replay experiment (e.g. mmlu_pro_replay) split as its runs split it (data.n_train / n_heldout, by seed; the
+    training side with the `router.extra_tasks` the run's router is also fitted on):
     every answer tier's recorded verdict and $ (`experts`: tools.registry.build_experts(cfg.zoo), passed in since
     the core does not import tools/), latency the zoo's per-expert figure, features as the run's router builds them."""
     from orchestra.config import task_tiers
-    from orchestra.data.sources import build_task_set
+    from orchestra.data.sources import build_router_pool, build_task_set
     from orchestra.routing.estimator import TaskFeatures
 
     tiers = {t: e for t, e in task_tiers(cfg).items() if t.startswith("answer")}
     train, test, _ = build_task_set(cfg.data, tiers)
+    if cfg.router.extra_tasks:  # the run's router is fitted on these too
+        train = train + build_router_pool(cfg.data, cfg.router.extra_tasks, tiers)
     recs = {t: (experts[e], experts[e].records()) for t, e in tiers.items()}
 
     def qid(t: Task) -> str:

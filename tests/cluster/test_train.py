@@ -173,6 +173,56 @@ def test_sft_lr_decays_linearly_to_its_floor():
     cfg = SFTConfig(steps=5, lr=1e-3, min_lr_ratio=0.1)
     assert [round(sft_lr(cfg, i), 6) for i in range(5)] == [1e-3, 7.75e-4, 5.5e-4, 3.25e-4, 1e-4]
     assert sft_lr(SFTConfig(steps=5, lr=1e-3, min_lr_ratio=1.0), 4) == 1e-3  # constant
+    assert sft_lr(cfg, 9) == sft_lr(cfg, 4)  # past the schedule: the floor, never below
+    longer = SFTConfig(steps=5, lr=1e-3, min_lr_ratio=0.1, until_agreement=0.9, max_steps=9)
+    assert [round(sft_lr(longer, i), 6) for i in (0, 4, 8)] == [1e-3, 5.5e-4, 1e-4]  # decays over max_steps
+
+
+@pytest.mark.parametrize("shares, steps_done", [
+    ([{"accuracy-first": 0.95, "cost-first": 0.5}, {"accuracy-first": 0.97, "cost-first": 0.92}], 10),
+    ([{"accuracy-first": 0.95, "cost-first": 0.5}] * 9, 16),  # never reached: max_steps, no check at the end
+    ([{"accuracy-first": 0.91, "cost-first": 0.9}], 8)])  # reached at sft.steps: no more steps
+def test_sft_runs_on_in_chunks_until_the_hint_is_copied_under_every_preset(shares, steps_done):
+    import io
+
+    from rich.console import Console
+
+    from cluster.progress import Bars
+    from cluster.warm_start import sft_loop
+    from orchestra.config import SFTConfig
+
+    sc = SFTConfig(steps=8, lr=1e-3, batch_size=2, until_agreement=0.9, max_steps=16)
+    lrs, asked = [], []
+
+    def check(step):
+        asked.append(step)
+        return shares[len(asked) - 1]
+
+    console = Console(file=io.StringIO(), width=200)
+    with Bars(console) as bars:
+        out = sft_loop(sc, lambda batch, lr: lrs.append(lr) or {"sft_loss": 1.0 / len(lrs)}, list(range(5)), 0, bars,
+                       console, check)
+    assert out["sft_steps_done"] == len(lrs) == steps_done and out["sft_loss"] == 1.0 / steps_done
+    assert asked == [s for s in (8, 10, 12, 14) if s <= steps_done and s < 16]  # every steps // 4 after steps
+    assert [c["step"] for c in out["sft_agreement_checks"]] == asked
+    assert lrs == sorted(lrs, reverse=True) and lrs[-1] > 1e-4 * 0.999  # one decay over max_steps
+    assert ("below 90%: 2 more steps" in console.file.getvalue()) == (steps_done > 8)
+    plain = sft_loop(SFTConfig(steps=8, lr=1e-3, batch_size=2), lambda b, lr: {"sft_loss": 0.5}, list(range(5)), 0,
+                     Bars(console), console)
+    assert plain == {"sft_loss": 0.5, "sft_steps_done": 8}  # without a check: exactly sft.steps
+
+
+def test_until_agreement_needs_route_hints_and_room_to_run_on():
+    from orchestra.config import ConfigError
+
+    with pytest.raises(ConfigError, match="sft.until_agreement"):
+        load_config(["sft.until_agreement=0.9", "sft.max_steps=400"])  # cpu_tiny shows no route hints
+    hinted = ["experiment=mmlu_pro_replay", "sft.until_agreement=0.9"]
+    with pytest.raises(ConfigError, match=r"sft.max_steps: must be >= sft.steps \(400\)"):
+        load_config([*hinted, "sft.max_steps=200"])
+    with pytest.raises(ConfigError, match="sft.max_steps"):
+        load_config(["sft.max_steps=800"])  # without until_agreement it would never be used
+    assert load_config([*hinted, "sft.max_steps=800"]).sft.max_steps == 800
 
 
 def check_faults(trainer: Trainer) -> None:
