@@ -158,7 +158,7 @@ def hint_warning(summary: dict[str, Any]) -> str:
     return ("the policy calls the plan its route hint suggests on only " + ", ".join(
         f"{100 * v:.0f} % under {k}" for k, v in low.items()) + " of the held-out questions: SFT has not taught it to "
         "copy the router line, so it routes per preset rather than per question. The copy is learned late and "
-        "suddenly; raise sft.steps (docs/quality.md, route hints).")
+        "suddenly; raise sft.steps, or let SFT run on until it is (sft.until_agreement, docs/configuration.md).")
 
 
 def adherence(by_pref: dict[str, dict[str, Any]]) -> dict[str, float]:
