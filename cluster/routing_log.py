@@ -157,7 +157,8 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
            # estimator router fitted on those outcomes, each (question, preset) labelled with its best route
            "sft": {"teacher": "expected_value", "vectors": [*COST_ORDER, "latency-first"], "vectors_sampled": 4,
                    "sample_cost": [0.01, 10.0], "sample_latency": [0.1, 3.0], "sample_latency_zero": 0.5,
-                   "steps": 400, "lr": 3.0e-3, "batch_size": 16, "demos": min(240, n_train)},
+                   "steps": 400, "until_agreement": 0.9, "max_steps": 800, "lr": 3.0e-3, "batch_size": 16,
+                   "demos": min(240, n_train)},
            "router": {"explore_tasks": 0, **({"meta_keys": ["family"]} if len(families(log)) > 1 else {})},
            "checkpoint": {"every_steps": 10}, "cluster": {"torch_threads": 2}}
     head = f"# Written by `python -m cluster.routing_log {log.path}`; rerun it rather than edit by hand.\n"
