@@ -59,7 +59,7 @@ def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list
                                eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens,
                                candidates=c.sft.candidates, scorer=scorer)
     loop = sft_loop(c.sft, lambda batch, lr: ray.get(learner.sft_update.remote(batch, lr=lr)), samples, c.seed,
-                    bars, console, check if c.sft.until_agreement else None)
+                    bars, console, check if c.sft.until_agreement and c.agent.route_hints else None)
     ray.get(learner.reset_reference.remote())  # KL anchors RL to the warm-started policy
     return {"sft_samples": len(samples), **loop, **report}
 
@@ -68,14 +68,15 @@ def sft_loop(sc: Any, update: Callable[[list[Any], float], dict[str, float]], sa
              bars: Any, console: Any, check: Callable[[int], dict[str, float]] | None = None) -> dict[str, Any]:
     """`sc.steps` SFT updates; with `check` (sft.until_agreement) then chunks of steps // 4 more, each followed by
     `check(steps done)` -> {preset: share of training tasks on which the policy calls its hint's plan}, until every
-    share reaches sc.until_agreement or sc.max_steps are done. {sft_loss, sft_steps_done[, sft_agreement_checks]}."""
+    share reaches sc.until_agreement or sc.max_steps are done (the lr decays over those). {sft_loss,
+    sft_steps_done[, sft_agreement_checks]}."""
     total = max(sc.steps, sc.max_steps) if check else sc.steps
     chunk = max(1, sc.steps // 4)
     metrics: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     bar = bars.add("SFT steps", total)
     for i, batch in enumerate(sft_batches(samples, total, sc.batch_size, seed)):
-        metrics.append(update(batch, sft_lr(sc, i)))
+        metrics.append(update(batch, sft_lr(sc, i, total)))
         bars.advance(bar)
         done = i + 1
         if done % max(1, sc.steps // 5) == 0 or done == total:

@@ -326,9 +326,10 @@ class SFTConfig:
     lr: float = 2e-3
     # the lr decays linearly from `lr` to lr x this over the steps (over max_steps with until_agreement; 1.0: constant)
     min_lr_ratio: float = 0.1
-    # route hints: after `steps`, SFT goes on in steps // 4 chunks, each ended by a greedy check on training tasks,
-    # until the policy calls its hint's plan on at least this share of them under every eval preset, or `max_steps`
-    # (0: off). The copy of the hint is learned late and suddenly, at a step that varies by seed (docs/quality.md)
+    # with route hints (inert without: serving a hinted run without them is fine): after `steps`, SFT goes on in
+    # steps // 4 chunks, each ended by a greedy check on training tasks, until the policy calls its hint's plan on at
+    # least this share of them under every eval preset, or `max_steps` (0: off). The copy of the hint is learned
+    # late and suddenly, at a step that varies by seed (docs/quality.md)
     until_agreement: float = 0.0
     max_steps: int = 0
     batch_size: int = 16

@@ -113,10 +113,9 @@ def sft_batches(samples: list[Any], steps: int, batch_size: int, seed: int) -> l
     return batches
 
 
-def sft_lr(cfg: Any, step: int) -> float:
-    """Linear decay from cfg.lr to cfg.lr x cfg.min_lr_ratio over cfg.steps, or over cfg.max_steps when SFT may
+def sft_lr(cfg: Any, step: int, total: int | None = None) -> float:
+    """Linear decay from cfg.lr to cfg.lr x cfg.min_lr_ratio over cfg.steps, or over `total` steps when SFT may
     run on that long (`sft.until_agreement`; step counts from 0): the late, small steps let the policy settle on
     the demonstrations' choice *distribution* (uniform tiers) instead of ending on the last batches' noise."""
-    total = max(cfg.steps, getattr(cfg, "max_steps", 0) if getattr(cfg, "until_agreement", 0.0) else 0)
-    frac = min(1.0, step / max(1, total - 1))
+    frac = min(1.0, step / max(1, (total or cfg.steps) - 1))
     return cfg.lr * (1.0 - (1.0 - cfg.min_lr_ratio) * frac)
