@@ -2,7 +2,7 @@
 
 `python bench/quality.py [replay_run=DIR] [sim_run=DIR] [replay_experiment=NAME] [sim_experiment=NAME]
  [train=true] [n=100] [seeds=2] [only=replay|sim|routers] [routers_seeds=1] [mmlu_train=N] [mmlu_heldout=N]
- [mmlu_extra=N]`
+ [mmlu_extra=N] [routers_sets=ra,mmlu,pair] [pair_strong=E] [pair_weak=E] [pair_families=F+F] [pair_heldout=N]`
 
 For each setting — the MMLU-Pro replay preset (experiment=mmlu_pro_replay: six real models' recorded
 outcomes; figures `quality_*`) and the embedded default (experiment=cpu_tiny, simulated zoo; `sim_quality_*`)
@@ -42,7 +42,10 @@ estimator before the selection, and the per-family fixed router, fitted on a tra
 and judged on the held-out rest (orchestra/routing/holdout.py): RouterArena's two-model log (`routers_ra_*`; the
 importer's split, a fifth held out) and the MMLU-Pro replay preset's split (`routers_mmlu_*`; the routers train on
 its data.n_train questions plus its router.extra_tasks, as its runs' router; `mmlu_train` / `mmlu_extra` /
-`mmlu_heldout` change those sizes): held-out log-loss,
+`mmlu_heldout` change those sizes), and a two-model log cut from that zoo (`routers_pair_*`; orchestra/routing/holdout.py
+`replay_pair`: gemini-1.5-pro-002 vs mixtral-8x7b, RouteLLM's weak model, on the math questions, a quarter held out,
+the embedding alone as a log without metadata would give; read the usual way, strong = pricier and better, unlike
+RouterArena's): held-out log-loss,
 the yardstick, the family router's largest lead over the estimator's accuracy-vs-$ curve (`max_gap_*`, points),
 and per preset accuracy / $ / reward with paired intervals.
 """
@@ -321,22 +324,35 @@ def routers(args: dict[str, str], embed=None) -> dict[str, dict[str, float]]:
 
     from orchestra.config import load_config
     from orchestra.config.schema import RouterConfig
-    from orchestra.routing.holdout import compare, replay_zoo, router_arena
+    from orchestra.routing.holdout import compare, replay_pair, replay_zoo, router_arena
     from tools.registry import build_experts
     from tools.retrieval.dense import embed_texts
 
     # the precision runs fit with (router.embed_dtype), or `routers_embed_dtype=float32`
     embed = embed or embed_texts("", args.get("routers_embed_dtype", RouterConfig().embed_dtype))
 
+    # `routers_text_stats=true|false`: the `text` candidate (router.text_stats) on every set; default: the presets'
+    text_stats = args.get("routers_text_stats", "").lower() == "true" if "routers_text_stats" in args else None
+    stats = [] if text_stats is None else [f"router.text_stats={str(text_stats).lower()}"]
+    if text_stats is None:
+        text_stats = RouterConfig().text_stats
+
     def mmlu(seed: int):
         sizes = [f"{k}={args[a]}" for k, a in (("data.n_train", "mmlu_train"), ("data.n_heldout", "mmlu_heldout"),
                                                ("router.extra_tasks", "mmlu_extra")) if a in args]
-        cfg = load_config(["experiment=mmlu_pro_replay", f"seed={seed}", f"data.seed={seed}", *sizes])
+        cfg = load_config(["experiment=mmlu_pro_replay", f"seed={seed}", f"data.seed={seed}", *sizes, *stats])
         return replay_zoo(cfg, build_experts(cfg.zoo), embed)
 
-    sets = {"ra": lambda s: router_arena(embed, s, int(args.get("ra_heldout", -1))), "mmlu": mmlu}
+    def pair(seed: int):  # a two-model log cut from the replay zoo, read the usual way (strong = pricier, better)
+        cfg = load_config(["experiment=mmlu_pro_replay", *stats])
+        return replay_pair(cfg, build_experts(cfg.zoo), embed, args.get("pair_strong", "gemini-1.5-pro-002"),
+                           args.get("pair_weak", "mixtral-8x7b"), args.get("pair_families", "math").split("+"),
+                           seed, int(args.get("pair_heldout", -1)))
+
+    sets = {"ra": lambda s: router_arena(embed, s, int(args.get("ra_heldout", -1)), text_stats=text_stats),
+            "mmlu": mmlu, "pair": pair}
     out = {}
-    for name in args.get("routers_sets", "ra,mmlu").split(","):
+    for name in args.get("routers_sets", "ra,mmlu,pair").split(","):
         per_seed = []
         for s in range(int(args.get("routers_seeds", 1))):
             rec, train, test, cost_scale, latency_scale = sets[name](s)

@@ -128,17 +128,18 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                        on_episode=lambda _rec: bars.advance(bar))
     bars.remove(bar)
     explore_s = time.perf_counter() - t0
-    features = TaskFeatures(embed_texts(c.zoo.retriever.model_dir, rc.embed_dtype), rc.meta_keys).fit_vocab(explored)
+    features = TaskFeatures(embed_texts(c.zoo.retriever.model_dir, rc.embed_dtype), rc.meta_keys,
+                            text_stats=rc.text_stats).fit_vocab(explored)
     X, ids = features(explored), [t.id for t in explored]
     estimator = RouteEstimator(plans, C=rc.C, alpha=rc.alpha, seed=c.seed, select_by=rc.select_by).fit(
-        X, ids, outcomes, features.n_meta)
+        X, ids, outcomes, features.n_meta, features.n_stats)
     console.print(f"  estimator router: chose {estimator.selection.get('chosen', estimator.model['kind'])} by "
                   f"{estimator.folds}-fold cross-validation ({rc.select_by})"
                   + (f"; {estimator.selection['rule']}" if estimator.selection.get("rule") else ""))
     EstimatorRouter(estimator, features, r.cost_scale, r.latency_scale, model_dir=c.zoo.retriever.model_dir,
                     embed_dtype=rc.embed_dtype).save(run_dir)
     expected = cross_fitted(X, ids, outcomes, plans, folds=rc.folds, seed=c.seed, C=rc.C, alpha=rc.alpha,
-                            n_meta=features.n_meta, select_by=rc.select_by)
+                            n_meta=features.n_meta, select_by=rc.select_by, n_stats=features.n_stats)
     m = len(tasks)  # the training tasks' rows come first; the pool's rows only served the fits
     expected = Expected(expected.p_correct[:m], expected.cost_usd[:m], expected.latency_s[:m])
     if c.agent.route_hints:  # the prompt's router line (orchestra/routing/hints.py), on the trainer's own tasks

@@ -378,6 +378,9 @@ class RouterConfig:
     # what the per-run cross-validation chooses the P(correct) model by (orchestra/routing/select.py): log_loss
     # (calibration) | routing (the held-out folds' routed outcome minus $, over a sweep of $ weights)
     select_by: str = "log_loss"
+    # the task text's surface statistics (length, numbers, symbols: orchestra/routing/text_stats.py) as the
+    # estimator's `text` candidate kind, alone or blended; the cross-validation decides per run whether they help
+    text_stats: bool = False
 
 
 @dataclass

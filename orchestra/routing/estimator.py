@@ -47,10 +47,12 @@ Embed = Callable[[list[str]], np.ndarray]
 
 class TaskFeatures:
     """Task -> feature row: the problem's sentence embedding, then one-hots of the configured meta fields over
-    the values seen when fitting (an unseen value is all zeros)."""
+    the values seen when fitting (an unseen value is all zeros), then with `text_stats` the problem's surface
+    statistics (orchestra/routing/text_stats.py; `n_stats` columns at the very end)."""
 
-    def __init__(self, embed: Embed, meta_keys: Sequence[str] = (), vocab: dict[str, list[str]] | None = None):
-        self.embed, self.meta_keys = embed, list(meta_keys)
+    def __init__(self, embed: Embed, meta_keys: Sequence[str] = (), vocab: dict[str, list[str]] | None = None,
+                 text_stats: bool = False):
+        self.embed, self.meta_keys, self.text_stats = embed, list(meta_keys), bool(text_stats)
         self.vocab = {k: list(v) for k, v in (vocab or {}).items()}
 
     def fit_vocab(self, tasks: Sequence[Task]) -> TaskFeatures:
@@ -61,12 +63,23 @@ class TaskFeatures:
         emb = np.asarray(self.embed([t.problem for t in tasks]), dtype=np.float64)
         cols = [np.array([[str(t.meta.get(k)) == v for v in self.vocab.get(k, [])] for t in tasks], dtype=np.float64)
                 .reshape(len(tasks), -1) for k in self.meta_keys]
+        if self.text_stats:
+            from orchestra.routing.text_stats import text_stats
+
+            cols.append(text_stats([t.problem for t in tasks]))
         return np.hstack([emb, *cols]) if cols else emb
 
     @property
     def n_meta(self) -> int:
-        """How many one-hot meta columns end each row (the estimator's selection may leave them out)."""
+        """How many one-hot meta columns follow the embedding (the estimator's selection may leave them out)."""
         return sum(len(self.vocab.get(k, [])) for k in self.meta_keys)
+
+    @property
+    def n_stats(self) -> int:
+        """How many text-statistics columns end each row (0 without `text_stats`)."""
+        from orchestra.routing.text_stats import NAMES
+
+        return len(NAMES) if self.text_stats else 0
 
 
 @dataclass
@@ -83,6 +96,13 @@ def expected_reward(exp: Expected, plans: Sequence[Plan], pref: Preference, cost
     """[tasks, plans] expected `scalar` reward under one preference vector (orchestra/routing/value.py)."""
     return expected_value(exp.p_correct, exp.cost_usd, exp.latency_s, [p.tool_counts() for p in plans], pref,
                           cost_scale, latency_scale)
+
+
+def split_stats(X: np.ndarray, n_stats: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the embedding + meta columns, the last `n_stats` text-statistics columns or None)."""
+    if not n_stats:
+        return X, None
+    return X[:, :X.shape[1] - n_stats], X[:, X.shape[1] - n_stats:]
 
 
 def parts_of(model: dict[str, Any]) -> list[str]:
@@ -113,22 +133,24 @@ class RouteEstimator:
         self.selection: dict[str, Any] = {}  # what the cross-validation chose and every candidate's score
 
     # ------------------------------------------------------------ fitting
-    def fit(self, X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome], n_meta: int = 0
-            ) -> RouteEstimator:
-        """X: one feature row per task of `task_ids`, its last `n_meta` columns the meta one-hots; outcomes: plan
-        results on those tasks (every plan on every task; several seeds of a task are all used as samples)."""
+    def fit(self, X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome], n_meta: int = 0,
+            n_stats: int = 0) -> RouteEstimator:
+        """X: one feature row per task of `task_ids` (TaskFeatures: the embedding, `n_meta` meta one-hot columns,
+        then `n_stats` text-statistics columns); outcomes: plan results on those tasks (every plan on every task;
+        several seeds of a task are all used as samples). Only the `text` kind reads the statistics."""
         from threadpoolctl import threadpool_limits
 
         # hundreds of small solves: BLAS threads only contend (ridge fits measured 45x slower with 2 threads than
         # with 1 on a busy 2-core machine)
         with threadpool_limits(limits=1):
-            return self._fit(X, task_ids, outcomes, n_meta)
+            return self._fit(X, task_ids, outcomes, n_meta, n_stats)
 
-    def _fit(self, X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome], n_meta: int
+    def _fit(self, X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome], n_meta: int, n_stats: int
              ) -> RouteEstimator:
         from sklearn.linear_model import Ridge
 
         row = {t: i for i, t in enumerate(task_ids)}
+        X, S = split_stats(X, n_stats)
         n, d = X.shape
         by_plan: dict[str, list[Outcome]] = {p.name: [] for p in self.plans}
         for o in outcomes:
@@ -149,7 +171,7 @@ class RouteEstimator:
                 np.add.at(cost[:, j], data.rows[j], targets["cost"][j])
             chosen, scores, rule = model_select.cross_validate(X, data, n_meta, folds=self.folds, seed=self.seed,
                                                          criterion=self.select_by,
-                                                         cost=cost / np.maximum(data.counts, 1.0))
+                                                         cost=cost / np.maximum(data.counts, 1.0), S=S)
             self.selection = {"method": f"{self.folds}-fold cross-validation on the training tasks, "
                                         + self.select_by.replace("_", "-"),
                               "seed": self.seed, "chosen": chosen.name, "scores": scores,
@@ -175,11 +197,17 @@ class RouteEstimator:
                 r = Ridge(alpha=alpha[key]).fit(Xp, target[j])
                 c[f"{key}_w"][j], c[f"{key}_b"][j] = r.coef_, r.intercept_
                 c[f"{key}_min"][j] = target[j].min()  # a floor: no plan looks cheaper than it ever was
+        if "text" in parts:  # standardised on every training task, as each fold was on its own
+            mu, sd = model_select.standardise(S)
+            c.update(text_mu=mu, text_sd=sd, text_w=np.zeros((P, n_stats)), text_b=np.zeros(P))
+            for j in range(P):
+                c["text_w"][j], c["text_b"][j], _ = model_select.fit_logistic((S[data.rows[j]] - mu) / sd, data.y[j],
+                                                                              chosen.C)
         if {"knn", "family"} & set(parts):
             c.update(knn_X=np.asarray(X, dtype=np.float64), knn_sum=data.sums, knn_count=data.counts,
                      knn_prior=model_select.plan_prior(data.sums, data.counts))
         self.model = {"kind": chosen.kind, "parts": list(parts), "C": chosen.C, "k": chosen.k, "s": chosen.s,
-                      "meta": chosen.meta, "knn_meta": chosen.knn_meta, "n_meta": int(n_meta),
+                      "meta": chosen.meta, "knn_meta": chosen.knn_meta, "n_meta": int(n_meta), "n_stats": int(n_stats),
                       "alpha_cost": alpha["cost"], "alpha_lat": alpha["lat"]}
         self.coef, self.n_train = c, n
         return self
@@ -188,9 +216,12 @@ class RouteEstimator:
     def p_correct(self, X: np.ndarray) -> np.ndarray:
         """[rows, plans] P(correct) from the fitted model: the mean of its parts' (logistic, kNN, family)."""
         c, m = self.coef, self.model
+        X, S = split_stats(X, int(m.get("n_stats", 0)))
         out = []
         for part in parts_of(m):
-            if part == "logistic":
+            if part == "text":
+                out.append(1.0 / (1.0 + np.exp(-(((S - c["text_mu"]) / c["text_sd"]) @ c["text_w"].T + c["text_b"]))))
+            elif part == "logistic":
                 out.append(1.0 / (1.0 + np.exp(-(X @ c["acc_w"].T + c["acc_b"]))))
             elif part == "knn":
                 k = int(m["k"])
@@ -205,9 +236,10 @@ class RouteEstimator:
     def expected(self, X: np.ndarray) -> Expected:
         if not self.coef:
             raise RuntimeError("RouteEstimator.expected before fit/load")
-        c = self.coef
+        c, p = self.coef, self.p_correct(X)
+        X, _ = split_stats(X, int(self.model.get("n_stats", 0)))  # $ and seconds: the ridges read no statistics
         # floors: each plan's least $ / seconds in training (files from before them: 0)
-        return Expected(self.p_correct(X), np.maximum(X @ c["cost_w"].T + c["cost_b"], c.get("cost_min", 0.0)),
+        return Expected(p, np.maximum(X @ c["cost_w"].T + c["cost_b"], c.get("cost_min", 0.0)),
                         np.maximum(X @ c["lat_w"].T + c["lat_b"], c.get("lat_min", 0.0)))
 
     def choose(self, X: np.ndarray, prefs: Sequence[Preference], cost_scale: float, latency_scale: float
@@ -254,10 +286,12 @@ class RouteEstimator:
         est.selection = dict(meta.get("selection") or {})
         kind = est.model.get("kind")
         if kind not in (*model_select.KINDS, "blend"):
-            raise ValueError(f"{d}: unknown P(correct) model {kind!r} (this version has logistic, knn, family, blend)")
+            raise ValueError(f"{d}: unknown P(correct) model {kind!r} (this version has logistic, knn, family, text, "
+                             "blend)")
         parts = parts_of(est.model)
         need = (("acc_w", "acc_b") if "logistic" in parts else ()) + (
-            ("knn_X", "knn_sum", "knn_count", "knn_prior") if {"knn", "family"} & set(parts) else ())
+            ("knn_X", "knn_sum", "knn_count", "knn_prior") if {"knn", "family"} & set(parts) else ()) + (
+            ("text_w", "text_b", "text_mu", "text_sd") if "text" in parts else ())
         lacking = [k for k in need if k not in est.coef]
         if lacking:
             raise ValueError(f"{d}: estimator.npz lacks {lacking} for its {est.model['kind']} model")

@@ -40,7 +40,8 @@ EPS = 1e-6
 @dataclass
 class Recorded:
     """Recorded outcomes: per task (rows) and single-call plan (columns) correctness, $ and seconds, and the task
-    features the estimator reads (`n_meta` one-hot meta columns at the end)."""
+    features the estimator reads (TaskFeatures: `n_meta` one-hot meta columns after the embedding, then `n_stats`
+    text-statistics columns)."""
 
     tasks: list[Task]
     plans: list[Plan]
@@ -49,6 +50,7 @@ class Recorded:
     latency: np.ndarray
     X: np.ndarray
     n_meta: int = 0
+    n_stats: int = 0
 
     def outcomes(self, rows: Sequence[int]) -> list[Outcome]:
         return [Outcome(self.tasks[i].id, p.name, bool(self.correct[i, j] >= 0.5), float(self.cost[i, j]),
@@ -71,10 +73,11 @@ def picks(exp: Expected, plans: Sequence[Plan], pref: Preference, cost_scale: fl
 def fit_routers(rec: Recorded, train: Sequence[int], seed: int = 0) -> dict[str, object]:
     ids, outcomes = [rec.tasks[i].id for i in train], rec.outcomes(train)
     X = rec.X[list(train)]
-    return {"estimator": RouteEstimator(rec.plans, seed=seed).fit(X, ids, outcomes, n_meta=rec.n_meta),
-            "estimator_routing": RouteEstimator(rec.plans, seed=seed, select_by="routing").fit(
-                X, ids, outcomes, n_meta=rec.n_meta),
-            "estimator_before": RouteEstimator(rec.plans, C=1.0, select=False).fit(X, ids, outcomes),
+    n = {"n_meta": rec.n_meta, "n_stats": rec.n_stats}
+    return {"estimator": RouteEstimator(rec.plans, seed=seed).fit(X, ids, outcomes, **n),
+            "estimator_routing": RouteEstimator(rec.plans, seed=seed, select_by="routing").fit(X, ids, outcomes, **n),
+            "estimator_before": RouteEstimator(rec.plans, C=1.0, select=False).fit(X, ids, outcomes,
+                                                                                   n_stats=rec.n_stats),
             "family": FamilyRouter(rec.plans).fit([rec.tasks[i] for i in train], outcomes)}
 
 
@@ -206,7 +209,7 @@ Split = tuple[Recorded, list[int], list[int], float, float]  # table, train rows
 
 
 def router_arena(embed: Callable[[list[str]], np.ndarray], seed: int = 0, heldout: int = -1,
-                 path: str = "routing/routerarena") -> Split:
+                 path: str = "routing/routerarena", text_stats: bool = False) -> Split:
     """RouterArena's two-model log (../shared/data/routing/routerarena, read in place, see its SOURCES.md):
     claude-3-haiku vs gemini-2.0-flash on 809 queries, verdict score >= 0.5, $ as recorded, family = the query's
     dataset prefix (the importer's family column), split as `python -m cluster.routing_log` splits it (a fifth
@@ -228,10 +231,11 @@ def router_arena(embed: Callable[[list[str]], np.ndarray], seed: int = 0, heldou
     usd = np.array([[rows[m][q]["evaluation_result"]["inference_cost"] for m in models] for q in qids], dtype=float)
     n_held = len(qids) // 5 if heldout < 0 else heldout
     train, test = split_tasks(tasks, len(qids) - n_held, n_held, seed)
-    feats = TaskFeatures(embed, ["family"]).fit_vocab(train)
+    feats = TaskFeatures(embed, ["family"], text_stats=text_stats).fit_vocab(train)
     pos = {t.id: i for i, t in enumerate(tasks)}
     plans = [Plan(f"answer-{i + 1}", (("answer", f"answer-{i + 1}"),)) for i in range(2)]
-    rec = Recorded(tasks, plans, ok, usd, np.full(ok.shape, 2.0), feats(tasks), feats.n_meta)  # importer's 2 s
+    rec = Recorded(tasks, plans, ok, usd, np.full(ok.shape, 2.0), feats(tasks), feats.n_meta,  # importer's 2 s
+                   feats.n_stats)
     return rec, [pos[t.id] for t in train], [pos[t.id] for t in test], float(f"{usd[:, 0].mean():.3g}"), 10.0
 
 
@@ -258,8 +262,51 @@ def replay_zoo(cfg: Any, experts: dict[str, Any], embed: Callable[[list[str]], n
     ok = np.array([[float(x.correct) for x in g] for g in got])
     usd = np.array([[e.priced(x)[2] for (e, _), x in zip(recs.values(), g, strict=True)] for g in got])
     lat = np.tile([float(cfg.zoo.experts[e].latency_s) for e in tiers.values()], (len(tasks), 1))
-    feats = TaskFeatures(embed, list(cfg.router.meta_keys)).fit_vocab(train)
+    feats = TaskFeatures(embed, list(cfg.router.meta_keys), text_stats=cfg.router.text_stats).fit_vocab(train)
     held = {t.id for t in test}
-    rec = Recorded(tasks, [Plan(t, (("answer", t),)) for t in tiers], ok, usd, lat, feats(tasks), feats.n_meta)
+    rec = Recorded(tasks, [Plan(t, (("answer", t),)) for t in tiers], ok, usd, lat, feats(tasks), feats.n_meta,
+                   feats.n_stats)
     return (rec, [i for i, t in enumerate(tasks) if t.id not in held], [i for i, t in enumerate(tasks) if t.id in held],
             float(cfg.reward.cost_scale), float(cfg.reward.latency_scale))
+
+
+def replay_pair(cfg: Any, experts: dict[str, Any], embed: Callable[[list[str]], np.ndarray], strong: str, weak: str,
+                families: Sequence[str], seed: int = 0, heldout: int = -1) -> Split:
+    """A two-model log cut from a replay experiment (e.g. mmlu_pro_replay): the questions of `families` (MMLU-Pro:
+    subjects) with both models' recorded verdicts and $, strong as answer-1, weak as answer-2; a quarter held out
+    by seed (`heldout` > 0: that many); features the embedding alone, as a log with no metadata (RouteLLM's GSM8K
+    log has none). RouterArena's log has its priciest model the less accurate; this one reads the usual way, so
+    its APGR is RouteLLM's. `strong` / `weak` name experts of the replay zoo."""
+    from orchestra.config import task_tiers
+    from orchestra.data.loaders import load
+    from orchestra.data.sources import split_tasks
+    from orchestra.routing.estimator import TaskFeatures
+
+    by_expert = {e: t for t, e in task_tiers(cfg).items() if t.startswith("answer")}
+    unknown = [m for m in (strong, weak) if m not in by_expert]
+    if unknown or strong == weak:
+        raise ValueError(f"pair: need two different experts of the zoo {cfg.zoo.name!r} ({sorted(by_expert)}), got "
+                         f"strong={strong!r}, weak={weak!r}")
+    source = str(cfg.data.source)
+    if not source.startswith("loader:"):
+        raise ValueError(f"pair: data.source must be a loader:<name>:<path> replay set, got {source!r}")
+    _, name, path = (source.split(":", 2) + [""])[:3]
+    tiers = {by_expert[m]: m for m in (strong, weak)}
+    wanted = {str(f) for f in families}
+    tasks = [t for t in load(name, path, mapping=tiers).tasks if str(t.meta.get("family")) in wanted]
+    recs = [experts[m].records() for m in (strong, weak)]
+    tasks = [t for t in tasks if all(str(t.meta.get("question_id", t.id)) in r for r in recs)]
+    if len(tasks) < 40:
+        raise ValueError(f"pair: only {len(tasks)} questions of families {sorted(wanted)} carry both models' records")
+    got = [[r[str(t.meta.get("question_id", t.id))] for r in recs] for t in tasks]
+    ok = np.array([[float(x.correct) for x in g] for g in got])
+    usd = np.array([[experts[m].priced(x)[2] for m, x in zip((strong, weak), g, strict=True)] for g in got])
+    lat = np.tile([float(cfg.zoo.experts[m].latency_s) for m in (strong, weak)], (len(tasks), 1))
+    n_held = len(tasks) // 4 if heldout < 0 else heldout
+    train, test = split_tasks(tasks, len(tasks) - n_held, n_held, seed)
+    feats = TaskFeatures(embed, text_stats=cfg.router.text_stats)
+    pos = {t.id: i for i, t in enumerate(tasks)}
+    plans = [Plan(f"answer-{i + 1}", (("answer", f"answer-{i + 1}"),)) for i in range(2)]
+    rec = Recorded(tasks, plans, ok, usd, lat, feats(tasks), 0, feats.n_stats)
+    return (rec, [pos[t.id] for t in train], [pos[t.id] for t in test], float(usd[:, 0].mean()),
+            float(cfg.reward.latency_scale))

@@ -142,7 +142,8 @@ class EstimatorRouter:
     # ------------------------------------------------------------ files
     def save(self, run_dir: str | Path) -> Path:
         spec = {"features": {"kind": "minilm", "model_dir": self.model_dir, "dtype": self.embed_dtype,
-                             "meta_keys": self.features.meta_keys, "vocab": self.features.vocab},
+                             "meta_keys": self.features.meta_keys, "vocab": self.features.vocab,
+                             "text_stats": self.features.text_stats},
                 "cost_scale": self.cost_scale, "latency_scale": self.latency_scale}
         return self.estimator.save(Path(run_dir) / ROUTER_DIR, extra=spec)
 
@@ -160,7 +161,7 @@ class EstimatorRouter:
             raise ValueError(f"{d}: unknown feature kind {f.get('kind')!r} (this version embeds with minilm)")
         dtype = f.get("dtype", "float32")
         features = TaskFeatures(embedder(f.get("model_dir", ""), dtype), f.get("meta_keys", []),
-                                f.get("vocab", {}))
+                                f.get("vocab", {}), text_stats=bool(f.get("text_stats", False)))  # older: none
         return cls(estimator, features, meta.get("cost_scale", 0.01), meta.get("latency_scale", 10.0),
                    model_dir=f.get("model_dir", ""), embed_dtype=dtype)
 

@@ -14,8 +14,11 @@ Candidates (every one fitted per plan on the same task features as orchestra/rou
             one-hots with the embedding's C and estimate each plan on its own; on MMLU-Pro the family means routed
             better on the $ axis than the model the log-loss selection chose (held-out APGR 0.63-0.65 vs 0.59, 3
             splits), though not better than a logistic fit with the subject at C = 0.1 (0.68).
-  blend     the mean of the probabilities of the best candidate of each kind, every pair and all three (scored on
-            the same out-of-fold predictions). The kNN and family parts estimate every plan on the same tasks, so
+  text      (with text-statistics columns) logistic regression at C = `TEXT_C` on the task text's surface
+            statistics (orchestra/routing/text_stats.py: length, numbers, symbols), standardised on the training
+            fold: how long and how quantitative a question is, which a sentence embedding barely keeps;
+  blend     the mean of the probabilities of the best candidate of each kind, every pair, triple and all of them
+            (scored on the same out-of-fold predictions). The kNN and family parts estimate every plan on the same tasks, so
             differences between plans are paired, which the routing choice is about; the embedding parts add what
             the family does not say.
 The score is the log-loss of P(correct) over every held-out (task, plan) outcome: a proper score, so the choice
@@ -54,7 +57,8 @@ KNN_STRENGTH = 1.0  # pseudo-episodes of the plan's overall rate mixed into ever
 # the family means' pseudo-episodes: a family of MMLU-Pro's size (~30 of 400 training tasks) keeps most of its own
 # rate at 5, half at 20 (all three within 0.003 log-loss of each other there)
 GRID_S = (1.0, 5.0, 20.0)
-KINDS = ("logistic", "knn", "family")  # a blend's parts come in this order
+KINDS = ("logistic", "knn", "family", "text")  # a blend's parts come in this order
+TEXT_C = 1.0  # nine standardised columns, hundreds of tasks: the penalty barely matters there
 MIN_TASKS = 20
 EPS = 1e-6  # log-loss clip: one confident miss should cost a lot, not infinity
 # the routing criterion's $ weights, per unit of the priciest plan's mean $: 0 (accuracy alone), then quarter
@@ -65,7 +69,7 @@ CRITERIA = ("log_loss", "routing")
 
 @dataclass(frozen=True)
 class Candidate:
-    kind: str  # logistic | knn | family | blend (the mean of `parts`' probabilities)
+    kind: str  # logistic | knn | family | text | blend (the mean of `parts`' probabilities)
     C: float = 1.0
     k: int = 0
     meta: bool = True  # the logistic part uses the meta one-hots (when the features have any)
@@ -78,6 +82,8 @@ class Candidate:
             return f"logistic C={self.C:g}{'' if self.meta else ', no meta'}"
         if kind == "knn":
             return f"knn k={self.k}{'' if self.knn_meta else ', no meta'}"
+        if kind == "text":
+            return "text stats"
         return f"family s={self.s:g}"
 
     @property
@@ -167,13 +173,20 @@ def plan_prior(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- cross-validation
-def candidates(n_meta: int, n_train: int, grid_c: Sequence[float] = GRID_C, grid_k: Sequence[int] = GRID_K
-               ) -> list[Candidate]:
+def candidates(n_meta: int, n_train: int, grid_c: Sequence[float] = GRID_C, grid_k: Sequence[int] = GRID_K,
+               text: bool = False) -> list[Candidate]:
     metas = (True, False) if n_meta else (True,)
     ks = [k for k in grid_k if k < n_train] or [max(1, n_train - 1)]
     return ([Candidate("logistic", C=c, meta=m) for m in metas for c in grid_c]
             + [Candidate("knn", k=k, knn_meta=m) for m in metas for k in ks]
-            + [Candidate("family", s=v) for v in (GRID_S if n_meta else ())])
+            + [Candidate("family", s=v) for v in (GRID_S if n_meta else ())]
+            + ([Candidate("text", C=TEXT_C)] if text else []))
+
+
+def standardise(S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, sd) per column of the training rows; a constant column's sd is 1 (its weight stays 0)."""
+    mu, sd = S.mean(axis=0), S.std(axis=0)
+    return mu, np.where(sd > 1e-9, sd, 1.0)
 
 
 def folds_of(n: int, folds: int, seed: int) -> np.ndarray:
@@ -205,7 +218,8 @@ def routing_per_task(p_hat: np.ndarray, correct: np.ndarray, cost: np.ndarray,
 
 def cross_validate(X: np.ndarray, data: PlanData, n_meta: int, folds: int = 5, seed: int = 0,
                    grid_c: Sequence[float] = GRID_C, grid_k: Sequence[int] = GRID_K, criterion: str = "log_loss",
-                   cost: np.ndarray | None = None) -> tuple[Candidate, dict[str, dict[str, float]], str]:
+                   cost: np.ndarray | None = None, S: np.ndarray | None = None
+                   ) -> tuple[Candidate, dict[str, dict[str, float]], str]:
     """(the chosen candidate, {candidate name: {log_loss, brier[, routing]}}, a note when the one-standard-error
     rule for the meta one-hots changed the choice, else ""): log-loss and Brier per held-out
     outcome, averaged over plans and tasks; `routing` (with `cost`, [tasks, plans] mean recorded $) the
@@ -213,14 +227,14 @@ def cross_validate(X: np.ndarray, data: PlanData, n_meta: int, folds: int = 5, s
     candidates, then the blends of the best of each kind, scored on the same out-of-fold predictions.
     `criterion`: log_loss (lowest wins) or routing (highest wins, then the lower log-loss). Ties: the
     earlier candidate. A candidate without the meta one-hots must beat the best with them by more than one
-    standard error (module docstring)."""
+    standard error (module docstring). `S`: [tasks, stats] text statistics, for the `text` kind (X holds none)."""
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
     if criterion == "routing" and cost is None:
         raise ValueError("criterion='routing' needs each task's recorded $ per plan (cost)")
     n, d = X.shape[0], X.shape[1] - n_meta
     fold_of = folds_of(n, folds, seed)
-    cands = candidates(n_meta, n - n // folds, grid_c, grid_k)
+    cands = candidates(n_meta, n - n // folds, grid_c, grid_k, text=S is not None and S.shape[1] > 0)
     oof = {c: [np.zeros(len(r)) for r in data.rows] for c in cands}  # out-of-fold P(correct) per plan sample
     ks = sorted({c.k for c in cands if c.kind == "knn"})
     for f in range(folds):
@@ -248,6 +262,14 @@ def cross_validate(X: np.ndarray, data: PlanData, n_meta: int, folds: int = 5, s
                 in_test = fold_of[rows] == f
                 for c in (c for c in cands if c.kind == "family"):
                     oof[c][j][in_test] = fam[c.s][test_pos[rows[in_test]], j]
+        for c in (c for c in cands if c.kind == "text"):
+            mu, sd = standardise(S[train])
+            Z = (S - mu) / sd
+            for j, (rows, y) in enumerate(zip(data.rows, data.y, strict=True)):
+                in_train, in_test = fold_of[rows] != f, fold_of[rows] == f
+                if in_test.any():
+                    w, b, _ = fit_logistic(Z[rows[in_train]], y[in_train], c.C)
+                    oof[c][j][in_test] = 1.0 / (1.0 + np.exp(-(Z[rows[in_test]] @ w + b)))
     full = np.flatnonzero((data.counts > 0).all(axis=1))  # tasks on which every plan was played
     correct = data.sums[full] / data.counts[full]
     if criterion == "routing" and not len(full):
@@ -275,7 +297,7 @@ def cross_validate(X: np.ndarray, data: PlanData, n_meta: int, folds: int = 5, s
 
     scores = {c.name: score(c.name, oof[c]) for c in cands}
     best = {kind: min(group, key=rank) for kind in KINDS if (group := [c for c in cands if c.kind == kind])}
-    lg, nn, fm = (best.get(kind, Candidate(kind)) for kind in KINDS)
+    lg, nn, fm, _ = (best.get(kind, Candidate(kind)) for kind in KINDS)
     for size in range(2, len(best) + 1):
         for parts in itertools.combinations(best, size):
             b = Candidate("blend", C=lg.C, k=nn.k, meta=lg.meta, knn_meta=nn.knn_meta, s=fm.s, parts=parts)
@@ -295,9 +317,11 @@ def cross_validate(X: np.ndarray, data: PlanData, n_meta: int, folds: int = 5, s
 
 
 def uses_meta(c: Candidate) -> bool:
-    """Does every part of `c` read the meta one-hots?"""
+    """Does `c` read the meta one-hots: no logistic or kNN part leaves them out, and some part reads them (a `text`
+    part reads none, a `family` part nothing else)?"""
     parts = c.parts or (c.kind,)
-    return ("logistic" not in parts or c.meta) and ("knn" not in parts or c.knn_meta)
+    return (("logistic" not in parts or c.meta) and ("knn" not in parts or c.knn_meta)
+            and bool({"logistic", "knn", "family"} & set(parts)))
 
 
 def _per_task(p: Sequence[np.ndarray], data: PlanData, n: int, mean: bool = True) -> np.ndarray:

@@ -71,9 +71,9 @@ def label_vectors(task: Task, sampled: int, seed: int, fixed: Sequence[str] = CO
 
 def cross_fitted(X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome], plans: Sequence[Plan],
                  folds: int = 5, seed: int = 0, C: float = 1.0, alpha: float = 1.0, n_meta: int = 0,
-                 select_by: str = "log_loss") -> Expected:
+                 select_by: str = "log_loss", n_stats: int = 0) -> Expected:
     """Out-of-fold predictions: row i comes from an estimator that never saw task i's outcomes (each fold's
-    estimator selects its own model, as the router's does: `n_meta`, `select_by`)."""
+    estimator selects its own model, as the router's does: `n_meta`, `n_stats`, `select_by`)."""
     n = len(task_ids)
     if n < 2 * folds:
         raise ValueError(f"cross-fitting {folds} folds needs at least {2 * folds} tasks, got {n}")
@@ -86,7 +86,7 @@ def cross_fitted(X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outc
         keep = sorted(set(range(n)) - set(held))
         kept_ids = {task_ids[i] for i in keep}
         est = RouteEstimator(plans, C=C, alpha=alpha, seed=seed, select_by=select_by).fit(
-            X[keep], [task_ids[i] for i in keep], [o for o in outcomes if o.task_id in kept_ids], n_meta)
+            X[keep], [task_ids[i] for i in keep], [o for o in outcomes if o.task_id in kept_ids], n_meta, n_stats)
         e = est.expected(X[held])
         out.p_correct[held], out.cost_usd[held], out.latency_s[held] = e.p_correct, e.cost_usd, e.latency_s
     return out

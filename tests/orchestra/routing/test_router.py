@@ -102,3 +102,23 @@ def test_the_router_is_loaded_with_the_embedding_precision_it_was_fitted_with(tm
     spec.write_text(json.dumps(old))
     loaded = EstimatorRouter.load(tmp_path / "new", lambda model_dir, dtype: asked.append(dtype) or family_embed)
     assert asked == ["bfloat16", "float32"] and loaded.embed_dtype == "float32"
+
+
+def test_a_router_reading_text_statistics_rebuilds_them_when_loaded(tmp_path):
+    plans = [Plan("a", (("answer", "answer-1"),)), Plan("b", (("answer", "answer-2"),))]
+    tasks = [Task(id=f"t{i}", problem="word " * (3 + i), answer="") for i in range(30)]
+    outcomes = [Outcome(t.id, p.name, (len(t.problem) < 60) == (j == 0), 0.01 / (j + 1), 1.0)
+                for t in tasks for j, p in enumerate(plans)]
+    features = TaskFeatures(family_embed, text_stats=True)
+    est = RouteEstimator(plans).fit(features(tasks), [t.id for t in tasks], outcomes, n_stats=features.n_stats)
+    EstimatorRouter(est, features, 0.01, 10.0).save(tmp_path)
+    loaded = EstimatorRouter.load(tmp_path, lambda _model_dir, _dtype: family_embed)
+    assert loaded.features.text_stats and loaded.features.n_stats == features.n_stats
+    Xq = features(tasks[:5])
+    assert loaded.estimator.expected(loaded.features(tasks[:5])).p_correct == pytest.approx(
+        est.expected(Xq).p_correct)
+    spec = tmp_path / "router" / "estimator.json"
+    old = json.loads(spec.read_text())
+    del old["features"]["text_stats"]  # a router saved before the statistics existed reads none
+    spec.write_text(json.dumps(old))
+    assert not EstimatorRouter.load(tmp_path, lambda _model_dir, _dtype: family_embed).features.text_stats
