@@ -6,16 +6,19 @@ What it learns from: `Outcome` rows, every plan (orchestra/routing/plans.py) pla
   P(correct | x)   chosen per run by k-fold cross-validation on the training tasks (orchestra/routing/select.py):
                    L2-regularised logistic regression (scikit-learn) over a grid of `C`, with or without the meta
                    one-hots, the smoothed mean outcome of the k nearest training tasks (kNN, cosine), the
-                   smoothed mean of the task's family (when meta one-hots are given), or the mean of the best of
-                   two or three kinds, by the lowest log-loss (`select_by="routing"`: by the best routing of the
+                   smoothed mean of the task's family (when meta one-hots are given), a logistic fit on the text's
+                   surface statistics (`text`, when the features end with them), or the mean of the best of two or
+                   more kinds, by the lowest log-loss (`select_by="routing"`: by the best routing of the
                    held-out folds, select.routing_value); `select=False` (or too few tasks) fits the logistic
                    regression at the given `C`;
   $, seconds       ridge regressions (strength chosen by the same cross-validation), floored at each plan's
                    least training value;
 where x = TaskFeatures: the sentence embedding of the problem text (the all-MiniLM-L6-v2 weights the project
 ships, tools/retriever.Embedder), plus one-hot `task.meta` fields named in `meta_keys` (e.g. family,
-difficulty) when the data carries them (`n_meta` columns at the end: `fit(..., n_meta=features.n_meta)` lets the
-selection try without them). A plan whose training outcome never varies gets a constant, smoothed estimate
+difficulty) when the data carries them (`n_meta` columns: `fit(..., n_meta=features.n_meta)` lets the selection
+try without them), plus with `router.text_stats` the text's length, numbers and symbols (orchestra/routing/
+text_stats.py; the last `n_stats` columns, read by the `text` kind alone: the other kinds and the $ / seconds ridges
+never see them). A plan whose training outcome never varies gets a constant, smoothed estimate
 ((k + 1) / (n + 2)). The choice and every candidate's cross-validated score are saved with the router.
 
 The choice is the expectation of the `scalar` rubric (reward/rubric.py), so it follows any preference vector
