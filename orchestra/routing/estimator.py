@@ -200,12 +200,12 @@ class RouteEstimator:
                 r = Ridge(alpha=alpha[key]).fit(Xp, target[j])
                 c[f"{key}_w"][j], c[f"{key}_b"][j] = r.coef_, r.intercept_
                 c[f"{key}_min"][j] = target[j].min()  # a floor: no plan looks cheaper than it ever was
-        if "text" in parts:  # standardised on every training task, as each fold was on its own
-            mu, sd = model_select.standardise(S)
+        if "text" in parts:  # standardised on every training task, as each fold was on its own; a blend's C is
+            mu, sd = model_select.standardise(S)  # its logistic part's, so the text part takes its own TEXT_C
             c.update(text_mu=mu, text_sd=sd, text_w=np.zeros((P, n_stats)), text_b=np.zeros(P))
             for j in range(P):
                 c["text_w"][j], c["text_b"][j], _ = model_select.fit_logistic((S[data.rows[j]] - mu) / sd, data.y[j],
-                                                                              chosen.C)
+                                                                              model_select.TEXT_C)
         if {"knn", "family"} & set(parts):
             c.update(knn_X=np.asarray(X, dtype=np.float64), knn_sum=data.sums, knn_count=data.counts,
                      knn_prior=model_select.plan_prior(data.sums, data.counts))
@@ -217,7 +217,7 @@ class RouteEstimator:
 
     # ------------------------------------------------------------ prediction
     def p_correct(self, X: np.ndarray) -> np.ndarray:
-        """[rows, plans] P(correct) from the fitted model: the mean of its parts' (logistic, kNN, family)."""
+        """[rows, plans] P(correct) from the fitted model: the mean of its parts' (logistic, kNN, family, text)."""
         c, m = self.coef, self.model
         X, S = split_stats(X, int(m.get("n_stats", 0)))
         out = []

@@ -18,9 +18,9 @@ Candidates (every one fitted per plan on the same task features as orchestra/rou
             statistics (orchestra/routing/text_stats.py: length, numbers, symbols), standardised on the training
             fold: how long and how quantitative a question is, which a sentence embedding barely keeps;
   blend     the mean of the probabilities of the best candidate of each kind, every pair, triple and all of them
-            (scored on the same out-of-fold predictions). The kNN and family parts estimate every plan on the same tasks, so
-            differences between plans are paired, which the routing choice is about; the embedding parts add what
-            the family does not say.
+            (scored on the same out-of-fold predictions). The kNN and family parts estimate every plan on the same
+            tasks, so differences between plans are paired, which the routing choice is about; the embedding parts
+            add what the family does not say.
 The score is the log-loss of P(correct) over every held-out (task, plan) outcome: a proper score, so the choice
 also calibrates (a C that gives over-confident probabilities loses). `criterion="routing"` scores what the router
 does with the probabilities instead (`routing_value`): on each held-out task the plan of highest P(correct) − w·$
