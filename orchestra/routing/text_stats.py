@@ -4,8 +4,8 @@ MiniLM embeds what a question is about, not how long it is or how many quantitie
 say how many steps it takes. The estimator reads them as one more candidate kind (`text`, orchestra/routing/select.py:
 a logistic fit on these nine numbers, alone or blended), so cross-validation decides per run whether they help. On
 seven two-model logs cut from MMLU-Pro (bench/quality.py `routers_sets=pair`, 5 splits each) the selection took them
-on three to five splits of four logs and raised held-out APGR by 0.012-0.016 on three; no log lost more than 0.002
-(docs/quality.md, "Text statistics").
+on four or five splits of four logs, raised held-out APGR by 0.013-0.018 on three and left every other log within
+0.001 (docs/quality.md, "Text statistics").
 """
 
 from __future__ import annotations
