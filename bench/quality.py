@@ -2,7 +2,8 @@
 
 `python bench/quality.py [replay_run=DIR] [sim_run=DIR] [replay_experiment=NAME] [sim_experiment=NAME]
  [train=true] [n=100] [seeds=2] [only=replay|sim|routers] [routers_seeds=1] [mmlu_train=N] [mmlu_heldout=N]
- [mmlu_extra=N] [routers_sets=ra,mmlu,pair] [pair_strong=E] [pair_weak=E] [pair_families=F+F] [pair_heldout=N]`
+ [mmlu_extra=N] [routers_sets=ra,mmlu,pair] [pair_strong=E] [pair_weak=E] [pair_families=F+F] [pair_heldout=N]
+ [routers_text_stats=true|false]`
 
 For each setting — the MMLU-Pro replay preset (experiment=mmlu_pro_replay: six real models' recorded
 outcomes; figures `quality_*`) and the embedded default (experiment=cpu_tiny, simulated zoo; `sim_quality_*`)
