@@ -327,16 +327,17 @@ def routers(args: dict[str, str], embed=None) -> dict[str, dict[str, float]]:
     from orchestra.config.schema import RouterConfig
     from orchestra.routing.holdout import compare, replay_pair, replay_zoo, router_arena
     from tools.registry import build_experts
-    from tools.retrieval.dense import embed_texts
+    from tools.retrieval.dense import Embedder
 
-    # the precision runs fit with (router.embed_dtype), or `routers_embed_dtype=float32`
-    embed = embed or embed_texts("", args.get("routers_embed_dtype", RouterConfig().embed_dtype))
+    # the precision runs fit with (router.embed_dtype), or `routers_embed_dtype=float32`; through the embedder's
+    # query cache, sized so that every split of a set reuses the questions the first one embedded
+    embed = embed or Embedder(dtype=args.get("routers_embed_dtype", RouterConfig().embed_dtype),
+                              query_cache_size=50_000).encode_queries
 
     # `routers_text_stats=true|false`: the `text` candidate (router.text_stats) on every set; default: the presets'
-    text_stats = args.get("routers_text_stats", "").lower() == "true" if "routers_text_stats" in args else None
-    stats = [] if text_stats is None else [f"router.text_stats={str(text_stats).lower()}"]
-    if text_stats is None:
-        text_stats = RouterConfig().text_stats
+    given = args.get("routers_text_stats")
+    stats = [f"router.text_stats={given}"] if given else []
+    text_stats = given.lower() == "true" if given else RouterConfig().text_stats
 
     def mmlu(seed: int):
         sizes = [f"{k}={args[a]}" for k, a in (("data.n_train", "mmlu_train"), ("data.n_heldout", "mmlu_heldout"),

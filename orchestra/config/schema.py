@@ -324,7 +324,8 @@ class AlgoConfig:
 class SFTConfig:
     steps: int = 150
     lr: float = 2e-3
-    # the lr decays linearly from `lr` to lr x this over the steps (over max_steps with until_agreement; 1.0: constant)
+    # the lr decays linearly from `lr` to lr x this over the steps (over max_steps when until_agreement is active, with
+    # route hints; 1.0: constant)
     min_lr_ratio: float = 0.1
     # with route hints (inert without: serving a hinted run without them is fine): after `steps`, SFT goes on in
     # steps // 4 chunks, each ended by a greedy check on training tasks, until the policy calls its hint's plan on at

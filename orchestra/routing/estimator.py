@@ -42,6 +42,8 @@ import numpy as np
 
 from orchestra.routing import select as model_select
 from orchestra.routing.plans import Outcome, Plan
+from orchestra.routing.text_stats import NAMES as STAT_NAMES
+from orchestra.routing.text_stats import text_stats
 from orchestra.routing.value import expected_value
 from orchestra.types import Preference, Task
 
@@ -67,8 +69,6 @@ class TaskFeatures:
         cols = [np.array([[str(t.meta.get(k)) == v for v in self.vocab.get(k, [])] for t in tasks], dtype=np.float64)
                 .reshape(len(tasks), -1) for k in self.meta_keys]
         if self.text_stats:
-            from orchestra.routing.text_stats import text_stats
-
             cols.append(text_stats([t.problem for t in tasks]))
         return np.hstack([emb, *cols]) if cols else emb
 
@@ -80,9 +80,7 @@ class TaskFeatures:
     @property
     def n_stats(self) -> int:
         """How many text-statistics columns end each row (0 without `text_stats`)."""
-        from orchestra.routing.text_stats import NAMES
-
-        return len(NAMES) if self.text_stats else 0
+        return len(STAT_NAMES) if self.text_stats else 0
 
 
 @dataclass
