@@ -157,8 +157,8 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
            # estimator router fitted on those outcomes, each (question, preset) labelled with its best route
            "sft": {"teacher": "expected_value", "vectors": [*COST_ORDER, "latency-first"], "vectors_sampled": 4,
                    "sample_cost": [0.01, 10.0], "sample_latency": [0.1, 3.0], "sample_latency_zero": 0.5,
-                   "steps": 400, "until_agreement": 0.9, "max_steps": 800, "lr": 3.0e-3, "batch_size": 16,
-                   "demos": min(240, n_train)},
+                   "steps": 400, "until_agreement": 0.9, "max_steps": 800, "label_balance": 0.5, "lr": 3.0e-3,
+                   "batch_size": 16, "demos": min(240, n_train)},
            # text_stats: the question's length, numbers and symbols as a candidate the router's cross-validation may
            # take; on seven two-model logs cut from MMLU-Pro it raised APGR by 0.013-0.018 on three and left the others
            # within 0.001 (docs/quality.md, "Text statistics")

@@ -28,7 +28,7 @@ import ray
 from actors.tool_client import RayToolClient
 from cluster import launch
 from cluster.rollouts import paired_tasks
-from orchestra.data.demos import demo_samples, scripted_samples, sft_batches, sft_lr
+from orchestra.data.demos import demo_samples, label_repeats, scripted_samples, sft_batches, sft_lr
 from orchestra.policy.models import load_tokenizer
 from orchestra.policy.tokenizer import eos_token_ids
 from orchestra.types import Task
@@ -160,14 +160,20 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     for name, counts in mix.items():
         top = ", ".join(f"{p} {v / len(tasks):.0%}" for p, v in counts.most_common(3))
         console.print(f"  teacher, {name}: {top}")
+    repeats = label_repeats([lab.plan.name for lab in labels], c.sft.label_balance)
     samples = scripted_samples([(lab.task, lab.plan.texts()) for lab in labels], tools, tok,
-                               launch.prompter_kwargs(c), c.agent.loop_kwargs(), eos, c.sampling.max_tokens)
+                               launch.prompter_kwargs(c), c.agent.loop_kwargs(), eos, c.sampling.max_tokens,
+                               repeats=repeats)
+    if c.sft.label_balance:
+        rare = {lab.plan.name: k for lab, k in zip(labels, repeats, strict=True) if k > 1}
+        console.print(f"  teacher: rare labels repeated (sft.label_balance {c.sft.label_balance:g}): "
+                      + (", ".join(f"{p} x{k}" for p, k in sorted(rare.items())) or "none"))
     console.print(f"  teacher: {len(outcomes)} exploration episodes ({len(tasks)} tasks"
                   + (f" + {len(pool)} router-only (router.extra_tasks)" if pool else "") + f" x {len(plans)} plans) in "
                   f"{explore_s:.0f}s; {len(labels)} expected-value labels -> {len(samples)} samples; estimator "
                   f"router saved in {run_dir / 'router'}")
     return samples, {"explore_episodes": len(outcomes), "explore_s": explore_s, "router_extra_tasks": len(pool),
-                     "teacher_labels": len(labels),
+                     "teacher_labels": len(labels), "sft_repeated": sum(repeats) - len(repeats),
                      "teacher_mix": {k: dict(v) for k, v in mix.items()}}
 
 

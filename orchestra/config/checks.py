@@ -61,6 +61,7 @@ def validate(cfg: ExperimentConfig) -> None:
         except ValueError as e:
             raise ConfigError(f"sft.vectors: {e}") from None
     need(0.0 <= cfg.sft.until_agreement <= 1.0, "sft.until_agreement", "must be in [0, 1] (0: off)")
+    need(0.0 <= cfg.sft.label_balance <= 1.0, "sft.label_balance", "must be in [0, 1] (0: off)")
     need(cfg.sft.max_steps >= cfg.sft.steps if cfg.sft.until_agreement else cfg.sft.max_steps == 0, "sft.max_steps",
          f"must be >= sft.steps ({cfg.sft.steps}) with sft.until_agreement, else 0")
     need(cfg.router.explore_tasks >= 0, "router.explore_tasks", "must be >= 0 (0: every training task)")

@@ -333,6 +333,10 @@ class SFTConfig:
     # late and suddenly, at a step that varies by seed (docs/quality.md)
     until_agreement: float = 0.0
     max_steps: int = 0
+    # expected_value teacher: a demonstration whose plan makes up a share f < this of the labels is repeated
+    # round(sqrt(this / f)) times per epoch (repeat-factor sampling, orchestra/data/demos.label_repeats), so a plan
+    # the teacher rarely picks is learned too (0: off)
+    label_balance: float = 0.0
     batch_size: int = 16
     demos: int = 600
     # 1: each demonstration is one random episode (teaches the format); k > 1: the best of k random episodes

@@ -11,15 +11,18 @@ demonstration plays k random episodes of its task and keeps the one with the bes
 task's own preference (judged, priced, ties to the earlier). The warm start then already leans toward
 routes that pay off on the training tasks, in hindsight; RL still has to learn what can be known up front.
 `scripted_samples` plays given scripts instead (one per task: the expected-value teacher's routes,
-orchestra/routing/teacher.py). `sft_batches` / `sft_lr` cut the demonstrations into the SFT steps and give each step's learning rate; running
-them on the learner is cluster/trainer.py's job.
+orchestra/routing/teacher.py), rare labels repeated (`label_repeats`, sft.label_balance). `sft_batches` /
+`sft_lr` cut the demonstrations into the SFT steps and give each step's learning rate; running them on the learner
+is cluster/trainer.py's job.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from orchestra.agent.loop import AgentLoop, ToolClient, episode_samples
@@ -76,10 +79,14 @@ def demo_samples(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_
 
 def scripted_samples(episodes: list[tuple[Task, list[str]]], tools: ToolClient, tokenizer: Any,
                      prompter_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], eos_ids: list[int],
-                     max_tokens: int = 96, concurrency: int = 64) -> list[Any]:
-    """Each (task, tool-call texts) played once through the agent loop -> its well-formed turns as samples."""
+                     max_tokens: int = 96, concurrency: int = 64, repeats: Sequence[int] | None = None) -> list[Any]:
+    """Each (task, tool-call texts) played once through the agent loop -> its well-formed turns as samples, episode
+    i's `repeats[i]` times (`label_repeats`; default once)."""
     if not episodes:
         raise ValueError("SFT needs at least one demonstration")
+    counts = list(repeats) if repeats is not None else [1] * len(episodes)
+    if len(counts) != len(episodes):
+        raise ValueError(f"scripted_samples: {len(counts)} repeat counts for {len(episodes)} episodes")
     prompter = Prompter(tokenizer, **prompter_kwargs)
 
     async def run() -> list[Any]:
@@ -93,9 +100,20 @@ def scripted_samples(episodes: list[tuple[Task, list[str]]], tools: ToolClient, 
             return [s for s, turn in zip(episode_samples(traj), traj.turns) if turn.format_ok]
 
         parts = await asyncio.gather(*(one(i, t, s) for i, (t, s) in enumerate(episodes)))
-        return [s for part in parts for s in part]
+        return [s for part, k in zip(parts, counts, strict=True) for s in part * k]
 
     return asyncio.run(run())
+
+
+def label_repeats(labels: Sequence[str], threshold: float) -> list[int]:
+    """How many times each demonstration enters an SFT epoch, by its label (the teacher's plan): repeat-factor
+    sampling (Gupta et al., LVIS, 2019), max(1, sqrt(threshold / f)) rounded, f being the label's share of all
+    labels. A plan the teacher picks rarely (MMLU-Pro: llama-3.1-70b on ~5 % of questions) is otherwise never
+    learned: the tiny policy copied every route hint but that one (docs/quality.md). threshold 0: once each."""
+    if threshold <= 0:
+        return [1] * len(labels)
+    share = {k: v / len(labels) for k, v in Counter(labels).items()}
+    return [max(1, round(math.sqrt(threshold / share[k]))) for k in labels]
 
 
 def sft_batches(samples: list[Any], steps: int, batch_size: int, seed: int) -> list[list[Any]]:

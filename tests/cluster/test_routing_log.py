@@ -42,6 +42,7 @@ def test_the_shipped_example_trains_and_evaluates_from_a_preset_outside_conf(tmp
     # mmlu_pro_replay's recipe: the router's hint without the catalogue, unseen vectors measured (docs/quality.md)
     assert cfg.agent.route_hints and cfg.agent.tool_catalogue == "none" and cfg.eval.sweep
     assert cfg.sft.vectors_sampled == 4 and not cfg.agent.preference_numbers
+    assert cfg.sft.label_balance == 0.5  # rare routes repeated in SFT, so their hints are copied too
     assert cfg.router.text_stats  # the question's surface statistics: a candidate of the router's selection
     train, held, _ = build_task_set(cfg.data, cfg.zoo.tiers)
     assert len(train) == 20 and len(held) == 4 and not {t.id for t in train} & {t.id for t in held}

@@ -1,5 +1,6 @@
-"""SFT demonstrations (orchestra/data/demos.py): plain random episodes, and rejection sampling (sft.candidates > 1)
-keeping the best-scoring of k random episodes per demonstration, ties to the earliest."""
+"""SFT demonstrations (orchestra/data/demos.py): plain random episodes, rejection sampling (sft.candidates > 1)
+keeping the best-scoring of k random episodes per demonstration, ties to the earliest, and the teacher's scripted
+episodes with rare labels repeated (sft.label_balance)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import re
 
 import pytest
 
-from orchestra.data.demos import demo_samples
+from orchestra.data.demos import demo_samples, label_repeats, scripted_samples
 from orchestra.data.synth.template import generate_tasks
+from orchestra.engine.scripted import call_text
 from tests.helpers.fakes import ByteTokenizer
 
 TARGET = "answer-math-2"
@@ -52,3 +54,24 @@ def test_best_of_k_keeps_the_top_scoring_episode(setup):
     assert plain == [seen[d][0] for d in order]  # candidate 0 is the plain demonstration: same draws
     with pytest.raises(ValueError, match="scorer"):
         demo_samples(tasks, tools, tok, candidates=2, **kw)
+
+
+def test_label_repeats_lifts_rare_labels_by_the_square_root_of_their_rarity():
+    labels = ["a"] * 50 + ["b"] * 40 + ["c"] * 8 + ["d"] * 2
+    assert label_repeats(labels, 0.0) == [1] * 100  # off
+    reps = dict(zip(labels, label_repeats(labels, 0.5), strict=True))
+    # shares .5 / .4 / .08 / .02: sqrt(.5 / f) = 1, 1.12, 2.5, 5, rounded (2.5 to even), never below 1
+    assert reps == {"a": 1, "b": 1, "c": 2, "d": 5}
+    assert dict(zip(labels, label_repeats(labels, 1.0), strict=True)) == {"a": 1, "b": 2, "c": 4, "d": 7}
+
+
+def test_scripted_samples_repeat_each_episode_as_asked(setup):
+    tasks, tools, tok = setup
+    scripts = [(t, [call_text("answer", {"model": tier})]) for t, tier in zip(tasks[:3], ("answer-math-1", "answer-math-2", "answer-math-3"), strict=True)]
+    kw = dict(prompter_kwargs={}, agent_kwargs={"max_turns": 1}, eos_ids=[tok.eos_token_id])
+    assert _tiers(scripted_samples(scripts, tools, tok, **kw), tok) == ["answer-math-1", "answer-math-2",
+                                                                        "answer-math-3"]
+    assert _tiers(scripted_samples(scripts, tools, tok, repeats=[1, 3, 2], **kw), tok) == [
+        "answer-math-1", *["answer-math-2"] * 3, *["answer-math-3"] * 2]
+    with pytest.raises(ValueError, match="2 repeat counts for 3 episodes"):
+        scripted_samples(scripts, tools, tok, repeats=[1, 2], **kw)

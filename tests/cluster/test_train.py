@@ -222,6 +222,8 @@ def test_until_agreement_needs_room_to_run_on():
     with pytest.raises(ConfigError, match="sft.max_steps"):
         load_config(["sft.max_steps=800"])  # without until_agreement it would never be used
     assert load_config([*hinted, "sft.max_steps=800"]).sft.max_steps == 800
+    with pytest.raises(ConfigError, match=r"sft.label_balance: must be in \[0, 1\]"):
+        load_config(["sft.label_balance=2"])
 
 
 def check_faults(trainer: Trainer) -> None:
