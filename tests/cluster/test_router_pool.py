@@ -79,6 +79,9 @@ def test_the_router_is_fitted_on_the_pool_and_the_teacher_labels_training_tasks_
     estimator, _ = RouteEstimator.load(run / "router")
     assert estimator.n_train == 20
     per_task = len(cfg.sft.vectors) + cfg.sft.vectors_sampled
-    assert report["teacher_labels"] == len(samples) == 12 * per_task  # labels: training tasks only
+    assert report["teacher_labels"] == 12 * per_task  # labels: training tasks only
+    # one sample per label, rare labels repeated (sft.label_balance)
+    assert len(samples) == report["teacher_labels"] + report["sft_repeated"]
+    assert (report["sft_repeated"] > 0) == (cfg.sft.label_balance > 0)
     assert all(HINT_KEY in t.meta for t in train) and not any(HINT_KEY in t.meta for t in pool)
     assert "12 tasks + 8 router-only (router.extra_tasks)" in console.file.getvalue()
