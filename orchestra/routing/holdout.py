@@ -278,8 +278,7 @@ def replay_pair(cfg: Any, experts: dict[str, Any], embed: Callable[[list[str]], 
     log has none). RouterArena's log has its priciest model the less accurate; this one reads the usual way, so
     its APGR is RouteLLM's. `strong` / `weak` name experts of the replay zoo."""
     from orchestra.config import task_tiers
-    from orchestra.data.loaders import load
-    from orchestra.data.sources import split_tasks
+    from orchestra.data.sources import split_tasks, task_source
     from orchestra.routing.estimator import TaskFeatures
 
     by_expert = {e: t for t, e in task_tiers(cfg).items() if t.startswith("answer")}
@@ -288,12 +287,13 @@ def replay_pair(cfg: Any, experts: dict[str, Any], embed: Callable[[list[str]], 
         raise ValueError(f"pair: need two different experts of the zoo {cfg.zoo.name!r} ({sorted(by_expert)}), got "
                          f"strong={strong!r}, weak={weak!r}")
     source = str(cfg.data.source)
-    if not source.startswith("loader:"):
-        raise ValueError(f"pair: data.source must be a loader:<name>:<path> replay set, got {source!r}")
-    _, name, path = (source.split(":", 2) + [""])[:3]
     tiers = {by_expert[m]: m for m in (strong, weak)}
+    loaded, own_split, _ = task_source(source)(source, cfg.data, tiers)
+    if own_split is not None:
+        raise ValueError(f"pair: data.source must be a loaded replay set (loader:<name>:<path>, a task file), got "
+                         f"{source!r}")
     wanted = {str(f) for f in families}
-    tasks = [t for t in load(name, path, mapping=tiers).tasks if str(t.meta.get("family")) in wanted]
+    tasks = [t for t in loaded if str(t.meta.get("family")) in wanted]
     recs = [experts[m].records() for m in (strong, weak)]
     tasks = [t for t in tasks if all(str(t.meta.get("question_id", t.id)) in r for r in recs)]
     if len(tasks) < 40:
