@@ -6,9 +6,9 @@ the learner, rollout workers. `fit` runs the SFT warm start, then the RL steps, 
 replaced and the newest good checkpoint restored in-process; a rerun with the same run dir resumes from it
 (policy, optimizer, RNG, step, reward-actor counters and metrics; the task order is a pure function of
 (seed, step), so a restarted run sees the same tasks).
-Below fit / step / recovery: the held-out evaluation (cluster/heldout.py), the SFT phase
-(cluster/warm_start.py), rollouts and weight sync (cluster/rollouts.py), episode records (cluster/records.py),
-checkpoints, the task set and the end of the run.
+Below fit / step / recovery: the held-out evaluation (cluster/heldout.py), the SFT phase (cluster/warm_start.py),
+rollouts and weight sync (cluster/rollouts.py), episode records (cluster/records.py), checkpoints, the task set
+(a resume keeps the first config.yaml when its settings changed) and the end of the run.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from cluster.records import EpisodeRecorder
 from cluster.rollouts import Dispatch, TaskSampler, step_requests
 from cluster.warm_start import hint_heldout, warm_start
 from orchestra.agent.loop import episode_samples
-from orchestra.config import ExperimentConfig, task_tiers, to_yaml
+from orchestra.config import ExperimentConfig, save_config, task_tiers
 from orchestra.data.sources import build_task_set
 from orchestra.data.tasks import load_corpus, load_tasks, save_corpus, save_tasks
 from orchestra.preferences import preset
@@ -168,11 +168,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ recovery
     def _recover(self, step: int, error: Exception) -> tuple[int, dict[str, Any]]:
-        """An actor died under `step`. The learner is started with max_restarts=0 (a restarted learner would
-        hold initial weights and no optimizer state, and a queued update would silently train it): a dead one
-        is replaced by a fresh actor, then the newest good checkpoint is restored (policy, optimizer, reward
-        counters, workers' weights) and the run goes on from there, re-running the lost step(s) with the same
-        tasks — what a driver restart would do, without restarting the other actors."""
+        """An actor died under `step`. The learner is started with max_restarts=0 (a restarted one would hold
+        initial weights and no optimizer state, and a queued update would silently train it): a dead one is
+        replaced by a fresh actor, the newest good checkpoint is restored (policy, optimizer, reward counters,
+        workers' weights) and the lost step(s) re-run on the same tasks, as a driver restart would, in-process."""
         good = checkpoint.latest_good(self.dir, report=lambda m: self.console.print(f"[yellow]{m}[/]"))
         if good is None:
             raise error
@@ -293,7 +292,8 @@ class Trainer:
         if not self.cfg.zoo.retriever.corpus:
             self.cfg.zoo.retriever.corpus = str(files[2])
         self.sampler = TaskSampler(self.train, self.cfg.algo.prompts_per_step, self.cfg.seed)
-        (self.dir / "config.yaml").write_text(to_yaml(self.cfg))
+        if note := save_config(self.dir, self.cfg):  # a resume under changed settings keeps the first config
+            self.console.print(f"[yellow]{note}[/]")
 
     # ------------------------------------------------------------------ the end
     def _finish(self, summary: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 override them (load.py), range checks run before any actor starts (checks.py). Import the public names from here."""
 
 from orchestra.config.checks import check_mcp_servers, validate
-from orchestra.config.load import CONF_DIR, GROUPS, load_config, to_yaml
+from orchestra.config.load import CONF_DIR, GROUPS, load_config, save_config, to_yaml
 from orchestra.config.schema import (
     AgentConfig,
     AlgoConfig,
@@ -40,5 +40,5 @@ __all__ = [
     "GROUPS", "LogConfig", "LoraConfig", "MCPServerConfig", "MCPToolConfig", "ModelConfig",
     "RetrieverConfig", "RewardConfig", "SFTConfig", "SamplingConfig", "SandboxConfig", "Tau2Config",
     "TinyModelConfig", "ToolServerConfig", "VerlConfig", "WebSearchConfig", "ZooConfig",
-    "check_mcp_servers", "load_config", "task_tiers", "to_yaml", "validate"
+    "check_mcp_servers", "load_config", "save_config", "task_tiers", "to_yaml", "validate"
 ]

@@ -130,3 +130,31 @@ def load_config(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -
 
 def to_yaml(cfg: ExperimentConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two plain config trees (dicts / lists / scalars)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [k for key in sorted(set(old) | set(new), key=str)
+                for k in changed_keys(old.get(key), new.get(key), f"{prefix}{key}.")]
+    return [] if old == new else [prefix.rstrip(".") or "<root>"]
+
+
+def save_config(run_dir: str | Path, cfg: ExperimentConfig) -> str | None:
+    """Write `<run_dir>/config.yaml` (atomically). A resumed run started with a different config keeps the saved
+    one as `config.<k>.yaml` (k = 1, 2, ... the first free) instead of losing what the first steps were trained
+    under; returns a message naming the changed keys, None when nothing changed."""
+    path = Path(run_dir) / "config.yaml"
+    text, note = to_yaml(cfg), None
+    if path.is_file() and (old := path.read_text()) != text:
+        keys = changed_keys(OmegaConf.to_container(OmegaConf.create(old)),
+                            OmegaConf.to_container(OmegaConf.create(text)))
+        k = next(i for i in range(1, 10_000) if not (path.parent / f"config.{i}.yaml").exists())
+        path.replace(path.parent / f"config.{k}.yaml")
+        shown = ", ".join(keys[:12]) + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
+        note = (f"this run resumes under a config that differs from its saved one in {shown or 'formatting'}: "
+                f"the saved one is kept as {path.parent / f'config.{k}.yaml'}")
+    tmp = path.with_name("config.yaml.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return note

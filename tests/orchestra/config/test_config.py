@@ -140,3 +140,22 @@ def test_eval_finds_a_path_presets_run_by_its_saved_config(tmp_path: Path):
     assert found == (run, str(run / "config.yaml"))
     cfg = load_config([f"experiment={found[1]}"])
     assert cfg.name == "mylog" and cfg.run_dir == "runs/mylog"
+
+
+def test_a_resume_under_changed_settings_keeps_the_first_config(tmp_path: Path):
+    """save_config writes config.yaml; a second save with other settings moves the saved one to config.1.yaml
+    (then config.2.yaml), names the changed keys, and leaves no temporary file; an unchanged config is no news."""
+    from orchestra.config import save_config
+    from orchestra.config.load import changed_keys
+
+    first = load_config([f"run_dir={tmp_path}"])
+    assert save_config(tmp_path, first) is None
+    assert save_config(tmp_path, first) is None and not (tmp_path / "config.1.yaml").exists()
+    second = load_config([f"run_dir={tmp_path}", "algo.lr=0.5", "seed=7"])
+    note = save_config(tmp_path, second)
+    assert note is not None and "algo.lr, seed" in note and "config.1.yaml" in note
+    assert load_config([f"experiment={tmp_path / 'config.1.yaml'}"]).algo.lr == first.algo.lr
+    assert load_config([f"experiment={tmp_path / 'config.yaml'}"]).algo.lr == 0.5
+    assert "eval.n_tasks" in save_config(tmp_path, load_config([f"run_dir={tmp_path}", "eval.n_tasks=3"]))
+    assert (tmp_path / "config.2.yaml").is_file() and not list(tmp_path.glob("*.tmp"))
+    assert changed_keys({"a": {"b": 1, "c": [1]}}, {"a": {"b": 1, "c": [2]}, "d": 0}) == ["a.c", "d"]
