@@ -3,8 +3,9 @@
 - `TaskSampler`: the deterministic task order (epoch e is a permutation seeded by (seed, e); step s takes the next
   slice), so a resumed run sees the same tasks; `step_requests` / `paired_tasks`: a step's groups, one per task
   or, with preference pairing (`data.preference_pairs`), one per (task, vector).
-- `Dispatch`: whole groups spread over the worker actors, `ray.wait` for them; a dead worker's episodes become
-  error results (scored with the failure reward when the step is scored), and weight sync from the learner.
+- `Dispatch`: whole groups spread over the worker actors, `ray.wait` for them, results in request order; a dead
+  worker's episodes become error results (scored with the failure reward when the step is scored), and weight
+  sync from the learner.
 Results come back typed (actors/rollout_worker.EpisodeResult). Which phase runs when is cluster/trainer.py's.
 """
 
@@ -76,28 +77,32 @@ class Dispatch:
 
     def run(self, requests: list[dict[str, Any]], sampling: dict[str, Any], score: bool,
             bar: Any = None) -> list[EpisodeResult]:
-        """Spread whole groups over the workers; ray.wait for them; a dead worker's episodes become errors."""
-        by_uid: dict[str, list[dict[str, Any]]] = {}
-        for r in requests:
-            by_uid.setdefault(r["uid"], []).append(r)
-        shards: list[list[dict[str, Any]]] = [[] for _ in self.workers]
+        """Spread whole groups over the workers; ray.wait for them; a dead worker's episodes become errors.
+        Results come back in the order of `requests`, not of completion, so that what the learner and the
+        records see does not depend on which worker finished first."""
+        by_uid: dict[str, list[int]] = {}
+        for i, r in enumerate(requests):
+            by_uid.setdefault(r["uid"], []).append(i)
+        shards: list[list[int]] = [[] for _ in self.workers]
         for i, group in enumerate(by_uid.values()):
             shards[i % len(shards)].extend(group)
-        pending = {w.rollout.remote(shard, sampling, score=score): shard
+        pending = {w.rollout.remote([requests[i] for i in shard], sampling, score=score): shard
                    for w, shard in zip(self.workers, shards) if shard}
-        results: list[EpisodeResult] = []
+        results: list[EpisodeResult | None] = [None] * len(requests)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             shard = pending.pop(done[0])
             try:
-                results.extend(ray.get(done[0]))
+                got = ray.get(done[0])
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
                 self.console.print(f"[red]rollout worker failed ({type(e).__name__}); {len(shard)} episodes "
                                    "marked as errors with the failure reward[/]")
-                results.extend(self._failed(shard, f"rollout worker died: {type(e).__name__}", score))
+                got = self._failed([requests[i] for i in shard], f"rollout worker died: {type(e).__name__}", score)
+            for i, result in zip(shard, got, strict=True):  # a worker answers its shard in order
+                results[i] = result
             if bar is not None:
                 self.bars.advance(bar, len(shard))
-        return results
+        return [r for r in results if r is not None]
 
     def _failed(self, shard: list[dict[str, Any]], reason: str, score: bool) -> list[EpisodeResult]:
         out = [EpisodeResult(Trajectory(task_id=r["task"]["id"], uid=r["uid"], termination="error", error=reason),
