@@ -161,7 +161,8 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
                    "batch_size": 16, "demos": min(240, n_train)},
            # text_stats: the question's length, numbers and symbols as a candidate the router's cross-validation may
            # take; on seven two-model logs cut from MMLU-Pro it raised APGR by 0.013-0.018 on three and left the others
-           # within 0.001 (docs/quality.md, "Text statistics")
+           # within 0.001 (docs/quality.md, "Text statistics"); with them the $ / seconds ridges fit in logs
+           # (orchestra/routing/spend.py)
            "router": {"explore_tasks": 0, "text_stats": True,
                       **({"meta_keys": ["family"]} if len(families(log)) > 1 else {})},
            "checkpoint": {"every_steps": 10}, "cluster": {"torch_threads": 2}}

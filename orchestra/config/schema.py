@@ -384,7 +384,8 @@ class RouterConfig:
     # (calibration) | routing (the held-out folds' routed outcome minus $, over a sweep of $ weights)
     select_by: str = "log_loss"
     # the task text's surface statistics (length, numbers, symbols: orchestra/routing/text_stats.py) as the
-    # estimator's `text` candidate kind, alone or blended; the cross-validation decides per run whether they help
+    # estimator's `text` candidate kind, alone or blended; the cross-validation decides per run whether they help.
+    # With them the $ / seconds ridges read them too and fit in logs (orchestra/routing/spend.py)
     text_stats: bool = False
 
 

@@ -11,14 +11,15 @@ What it learns from: `Outcome` rows, every plan (orchestra/routing/plans.py) pla
                    more kinds, by the lowest log-loss (`select_by="routing"`: by the best routing of the
                    held-out folds, select.routing_value); `select=False` (or too few tasks) fits the logistic
                    regression at the given `C`;
-  $, seconds       ridge regressions (strength chosen by the same cross-validation), floored at each plan's
-                   least training value;
+  $, seconds       ridge regressions (orchestra/routing/spend.py; strength chosen by the same cross-validation),
+                   floored at each plan's least training value; with text statistics fitted in logs and reading
+                   them too (a call's $ is its price times its tokens, which grow with the question's length);
 where x = TaskFeatures: the sentence embedding of the problem text (the all-MiniLM-L6-v2 weights the project
 ships, tools/retriever.Embedder), plus one-hot `task.meta` fields named in `meta_keys` (e.g. family,
 difficulty) when the data carries them (`n_meta` columns: `fit(..., n_meta=features.n_meta)` lets the selection
 try without them), plus with `router.text_stats` the text's length, numbers and symbols (orchestra/routing/
-text_stats.py; the last `n_stats` columns, read by the `text` kind alone: the other kinds and the $ / seconds ridges
-never see them). A plan whose training outcome never varies gets a constant, smoothed estimate
+text_stats.py; the last `n_stats` columns, read by the `text` kind and the $ / seconds ridges; the other kinds never
+see them). A plan whose training outcome never varies gets a constant, smoothed estimate
 ((k + 1) / (n + 2)). The choice and every candidate's cross-validated score are saved with the router.
 
 The choice is the expectation of the `scalar` rubric (reward/rubric.py), so it follows any preference vector
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from orchestra.routing import select as model_select
+from orchestra.routing import spend
 from orchestra.routing.plans import Outcome, Plan
 from orchestra.routing.text_stats import NAMES as STAT_NAMES
 from orchestra.routing.text_stats import text_stats
@@ -125,11 +127,12 @@ class RouteEstimator:
             raise ValueError(f"select_by must be one of {model_select.CRITERIA}, got {select_by!r}")
         self.select_by = select_by  # the selection's criterion (orchestra/routing/select.py)
         self.index = {p.name: i for i, p in enumerate(self.plans)}
-        self.coef: dict[str, np.ndarray] = {}  # acc_w [P, d], acc_b [P], cost_w, cost_b, lat_w, lat_b (+ knn_*)
+        # acc_w [P, d], acc_b [P], the $ / seconds ridges' cost_* and lat_* (spend.py), knn_*, text_*
+        self.coef: dict[str, np.ndarray] = {}
         self.n_train = 0
         # the P(correct) model: kind logistic | knn | family | blend, parts (the kinds it averages), C / k / s,
         # meta / knn_meta (whether each part used the meta one-hots), n_meta (how many), alpha_cost / alpha_lat
-        # (the ridge strengths)
+        # (the ridge strengths), spend (the ridges' form: linear | log)
         self.model: dict[str, Any] = {"kind": "logistic", "C": self.C, "meta": True, "n_meta": 0}
         self.selection: dict[str, Any] = {}  # what the cross-validation chose and every candidate's score
 
@@ -148,8 +151,6 @@ class RouteEstimator:
 
     def _fit(self, X: np.ndarray, task_ids: Sequence[str], outcomes: Sequence[Outcome], n_meta: int, n_stats: int
              ) -> RouteEstimator:
-        from sklearn.linear_model import Ridge
-
         row = {t: i for i, t in enumerate(task_ids)}
         X, S = split_stats(X, n_stats)
         n, d = X.shape
@@ -180,24 +181,16 @@ class RouteEstimator:
         elif self.select:
             self.selection["why"] = f"{n} tasks: too few to cross-validate (< {model_select.MIN_TASKS})"
         P = len(self.plans)
-        c = {k: np.zeros((P, d)) for k in ("acc_w", "cost_w", "lat_w")}
-        c.update({k: np.zeros(P) for k in ("acc_b", "cost_b", "lat_b", "cost_min", "lat_min")})
-        alpha = {"cost": self.alpha, "lat": self.alpha}
-        if self.selection["method"] != "fixed":
-            for key in alpha:
-                alpha[key], errors = model_select.choose_alpha(X, data.rows, targets[key], self.folds, self.seed)
-                self.selection[f"alpha_{key}"] = {"chosen": alpha[key], "relative_squared_error": errors}
+        c, alpha, entries = spend.fit(X, S, data.rows, targets, self.alpha, self.selection["method"] != "fixed",
+                                      self.folds, self.seed)  # $ and seconds: linear, or in logs with statistics
+        self.selection.update(entries)
+        c.update(acc_w=np.zeros((P, d)), acc_b=np.zeros(P))
         cols = d if chosen.meta else d - n_meta
         parts = chosen.parts or (chosen.kind,)
         for j in range(P):
-            Xp = X[data.rows[j]]
             if "logistic" in parts:
-                w, c["acc_b"][j], _ = model_select.fit_logistic(Xp[:, :cols], data.y[j], chosen.C)
+                w, c["acc_b"][j], _ = model_select.fit_logistic(X[data.rows[j]][:, :cols], data.y[j], chosen.C)
                 c["acc_w"][j, :cols] = w  # left-out meta columns keep weight 0
-            for key, target in targets.items():
-                r = Ridge(alpha=alpha[key]).fit(Xp, target[j])
-                c[f"{key}_w"][j], c[f"{key}_b"][j] = r.coef_, r.intercept_
-                c[f"{key}_min"][j] = target[j].min()  # a floor: no plan looks cheaper than it ever was
         if "text" in parts:  # standardised on every training task, as each fold was on its own; a blend's C is
             mu, sd = model_select.standardise(S)  # its logistic part's, so the text part takes its own TEXT_C
             c.update(text_mu=mu, text_sd=sd, text_w=np.zeros((P, n_stats)), text_b=np.zeros(P))
@@ -209,7 +202,8 @@ class RouteEstimator:
                      knn_prior=model_select.plan_prior(data.sums, data.counts))
         self.model = {"kind": chosen.kind, "parts": list(parts), "C": chosen.C, "k": chosen.k, "s": chosen.s,
                       "meta": chosen.meta, "knn_meta": chosen.knn_meta, "n_meta": int(n_meta), "n_stats": int(n_stats),
-                      "alpha_cost": alpha["cost"], "alpha_lat": alpha["lat"]}
+                      "alpha_cost": alpha["cost"], "alpha_lat": alpha["lat"],
+                      "spend": "log" if "ridge_mu" in c else "linear"}
         self.coef, self.n_train = c, n
         return self
 
@@ -238,10 +232,8 @@ class RouteEstimator:
         if not self.coef:
             raise RuntimeError("RouteEstimator.expected before fit/load")
         c, p = self.coef, self.p_correct(X)
-        X, _ = split_stats(X, int(self.model.get("n_stats", 0)))  # $ and seconds: the ridges read no statistics
-        # floors: each plan's least $ / seconds in training (files from before them: 0)
-        return Expected(p, np.maximum(X @ c["cost_w"].T + c["cost_b"], c.get("cost_min", 0.0)),
-                        np.maximum(X @ c["lat_w"].T + c["lat_b"], c.get("lat_min", 0.0)))
+        X, S = split_stats(X, int(self.model.get("n_stats", 0)))
+        return Expected(p, spend.predict(c, "cost", X, S), spend.predict(c, "lat", X, S))
 
     def choose(self, X: np.ndarray, prefs: Sequence[Preference], cost_scale: float, latency_scale: float
                ) -> list[Plan]:
@@ -292,7 +284,9 @@ class RouteEstimator:
         parts = parts_of(est.model)
         need = (("acc_w", "acc_b") if "logistic" in parts else ()) + (
             ("knn_X", "knn_sum", "knn_count", "knn_prior") if {"knn", "family"} & set(parts) else ()) + (
-            ("text_w", "text_b", "text_mu", "text_sd") if "text" in parts else ())
+            ("text_w", "text_b", "text_mu", "text_sd") if "text" in parts else ()) + (
+            ("ridge_mu", "ridge_sd", "cost_eps", "cost_smear", "lat_eps", "lat_smear")
+            if est.model.get("spend") == "log" else ())
         lacking = [k for k in need if k not in est.coef]
         if lacking:
             raise ValueError(f"{d}: estimator.npz lacks {lacking} for its {est.model['kind']} model")

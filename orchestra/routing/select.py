@@ -33,8 +33,7 @@ candidate that keeps them (the one-standard-error rule, here in favour of the co
 choices routed worse on 2000 held-out questions than the best with it (APGR on $ 0.58 vs 0.62 for kNN k=40).
 Folds are by task (several seeds of a task stay together) and drawn from a fixed seed, so a run's choice is
 deterministic. Too few tasks to cross-validate (< MIN_TASKS) leave the caller's fixed logistic regression in
-place. The ridge strength of the $ and seconds regressions is chosen the same way (`choose_alpha`: squared error
-relative to each plan's mean square).
+place. The $ and seconds regressions and their ridge strength: orchestra/routing/spend.py.
 """
 
 from __future__ import annotations
@@ -50,9 +49,6 @@ import numpy as np
 # lbfgs also runs long): left out
 GRID_C = (0.1, 0.3, 1.0, 3.0)
 GRID_K = (5, 10, 20, 40, 80)
-# ridge strengths for $ and seconds, strongest first (ties, e.g. a constant target, keep the plan's mean): a weak
-# ridge on MiniLM embeddings was measured to predict negative $ for the priciest plan on MMLU-Pro questions
-GRID_ALPHA = (1e4, 100.0, 10.0, 1.0, 0.1)
 KNN_STRENGTH = 1.0  # pseudo-episodes of the plan's overall rate mixed into every neighbourhood mean
 # the family means' pseudo-episodes: a family of MMLU-Pro's size (~30 of 400 training tasks) keeps most of its own
 # rate at 5, half at 20 (all three within 0.003 log-loss of each other there)
@@ -341,24 +337,3 @@ def _scores(p: Sequence[np.ndarray], y: Sequence[np.ndarray]) -> dict[str, float
     """Mean log-loss and Brier score over every (plan, sample) outcome."""
     pp, yy = np.concatenate(list(p)), np.concatenate(list(y))
     return {"log_loss": float(np.mean(_log_loss(pp, yy))), "brier": float(np.mean((np.clip(pp, EPS, 1 - EPS) - yy) ** 2))}
-
-
-def choose_alpha(X: np.ndarray, rows: Sequence[np.ndarray], targets: Sequence[np.ndarray], folds: int = 5,
-                 seed: int = 0, grid: Sequence[float] = GRID_ALPHA) -> tuple[float, dict[str, float]]:
-    """(the ridge strength with the lowest cross-validated squared error, summed over plans each relative to its
-    target's mean square, {alpha: that error}); folds by task as in `cross_validate`."""
-    from sklearn.linear_model import Ridge
-
-    fold_of = folds_of(X.shape[0], folds, seed)
-    err = dict.fromkeys(grid, 0.0)
-    for r, y in zip(rows, targets, strict=True):
-        scale = max(float(np.mean(y ** 2)), 1e-300)
-        for f in range(folds):
-            tr, te = fold_of[r] != f, fold_of[r] == f
-            if not te.any() or not tr.any():
-                continue
-            for a in grid:
-                pred = Ridge(alpha=a).fit(X[r[tr]], y[tr]).predict(X[r[te]])
-                err[a] += float(np.sum((pred - y[te]) ** 2)) / scale / len(y)
-    best = min(grid, key=lambda a: err[a])  # min keeps the first (strongest) of equal errors
-    return float(best), {f"{a:g}": v for a, v in err.items()}

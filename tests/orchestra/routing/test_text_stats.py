@@ -1,6 +1,7 @@
 """The estimator's `text` candidate (orchestra/routing/text_stats.py, select.py, estimator.py): the statistics by
-hand, the feature layout, the selection finding them where only the text's length tells, the ridges and the other
-kinds never reading them, save and load, and the meta rule's view of a part that reads no meta."""
+hand, the feature layout, the selection finding them where only the text's length tells, the other kinds never
+reading them (the $ / seconds ridges do: tests/orchestra/routing/test_spend.py), save and load, and the meta rule's
+view of a part that reads no meta."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def test_the_selection_finds_the_text_where_only_its_length_tells_and_it_survive
     short, long_ = [task(900, 5)], [task(901, 35)]
     p_short, p_long = est.expected(f(short)).p_correct[0, 0], est.expected(f(long_)).p_correct[0, 0]
     assert p_short > 0.6 > 0.4 > p_long
-    assert est.coef["cost_w"].shape == (2, 8)  # the $ ridge reads the embedding alone
+    assert est.coef["cost_w"].shape == (2, 8 + len(NAMES)) and est.model["spend"] == "log"  # $: logs, statistics
     est.save(tmp_path / "r")
     back, _ = RouteEstimator.load(tmp_path / "r")
     Xq = f([task(i + 1000, w) for i, w in enumerate((4, 12, 19, 25, 38))])
