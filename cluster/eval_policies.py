@@ -26,12 +26,12 @@ def all_failed(records: list[dict[str, Any]], hint: str = "") -> str | None:
 def policy_tokenizer(cfg: Any, own: dict[str, str]) -> Any:
     """The checkpoint's own tokenizer when one is evaluated: the tiny tokenizer is trained on the project's text
     and cached by its hash, so the config's tokenizer can differ from the one the policy was trained with."""
-    from orchestra.policy.models import load_tokenizer
+    from orchestra.policy.models import config_tokenizer, load_tokenizer
 
     m = cfg.model
     if own.get("checkpoint"):
         return load_tokenizer(str(checkpoint_model_dir(own["checkpoint"])), chat_template=m.chat_template)
-    return load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+    return config_tokenizer(m)
 
 
 def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:

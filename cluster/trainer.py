@@ -208,10 +208,9 @@ class Trainer:
 
     def tokenizer(self) -> Any:
         """The policy's tokenizer as this code builds it (the learner and workers load the same)."""
-        from orchestra.policy.models import load_tokenizer
+        from orchestra.policy.models import config_tokenizer
 
-        m = self.cfg.model
-        return load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+        return config_tokenizer(self.cfg.model)
 
     def restore(self, path: Path) -> tuple[int, dict[str, Any]]:
         checkpoint.check_resumable(path, self.tokenizer())

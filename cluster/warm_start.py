@@ -29,7 +29,7 @@ from actors.tool_client import RayToolClient
 from cluster import launch
 from cluster.rollouts import paired_tasks
 from orchestra.data.demos import demo_samples, label_repeats, scripted_samples, sft_batches, sft_lr
-from orchestra.policy.models import load_tokenizer
+from orchestra.policy.models import config_tokenizer
 from orchestra.policy.tokenizer import eos_token_ids
 from orchestra.types import Task
 from reward.score import score_episode
@@ -39,8 +39,7 @@ def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list
                console: Any, check: Callable[[int], dict[str, float]] | None = None) -> dict[str, Any]:
     """Demonstrations, then the SFT steps (`sft_loop`; `check`: the trainer's hint-agreement check)."""
     c = cfg
-    tok = load_tokenizer(c.model.name, tiny=c.model.tiny, cache_dir=c.model.cache_dir,
-                         chat_template=c.model.chat_template)
+    tok = config_tokenizer(c.model)
     # Demonstrations go through the run's own tool servers: no second retriever index in the driver.
     tools = RayToolClient(tool_handles, timeout_s=c.zoo.server.timeout_s)
     r = c.reward

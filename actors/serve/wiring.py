@@ -40,11 +40,11 @@ def build_service(settings: ServeSettings) -> OrchestraService:
     name = resolve_checkpoint(settings.checkpoint) if settings.checkpoint else m.name
     if cfg.engine.kind == "vllm":  # the gpu extra: vLLM loads the weights itself from a saved dir
         from orchestra.engine.vllm import VLLMEngine
-        from orchestra.policy.models import load_tokenizer, smollm2_dir
+        from orchestra.policy.models import config_tokenizer, smollm2_dir
 
         if name == "tiny":
             raise ValueError("engine.kind=vllm needs a saved checkpoint: pass checkpoint=<run or HF dir>")
-        tok = load_tokenizer(name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+        tok = config_tokenizer(m, name)
         from orchestra.rundir.checkpoint import servable_dir
 
         # vLLM loads every *.safetensors of a dir: a learner checkpoint's reference weights would be mixed in
@@ -54,9 +54,9 @@ def build_service(settings: ServeSettings) -> OrchestraService:
                                  gpu_memory_utilization=cfg.engine.gpu_memory_utilization, seed=cfg.seed)
     elif cfg.engine.kind == "remote":  # a running vLLM server holds the weights (python -m cluster.vllm_server)
         from orchestra.engine.remote import RemoteEngine
-        from orchestra.policy.models import load_tokenizer
+        from orchestra.policy.models import config_tokenizer
 
-        tok = load_tokenizer(name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)
+        tok = config_tokenizer(m, name)
         engine = RemoteEngine(**cfg.engine.remote_kwargs())
     else:
         from orchestra.engine.hf import HFEngine

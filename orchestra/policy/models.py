@@ -120,6 +120,13 @@ def load_tokenizer(name: str, *, tiny: TinyModelConfig | None = None, cache_dir:
     return finish_tokenizer(AutoTokenizer.from_pretrained(name), chat_template, default_template=False)
 
 
+def config_tokenizer(model: Any, name: str | None = None) -> Any:
+    """`load_tokenizer` for a ModelConfig (orchestra/config/schema.py): its name (or `name`, e.g. a checkpoint being
+    served), tiny settings, cache dir and chat template."""
+    return load_tokenizer(model.name if name is None else name, tiny=model.tiny, cache_dir=model.cache_dir,
+                          chat_template=model.chat_template)
+
+
 def set_torch_threads(n: int) -> None:
     """torch's intra-op threads for this process (cluster.torch_threads; 0 leaves torch's choice). Ray gives
     each worker OMP_NUM_THREADS = its num_cpus (at least 1); learner and rollout phases alternate on a small

@@ -103,6 +103,13 @@ def test_chat_template_override_and_bad_input(cache, tmp_path):
         load_policy("tiny", cache_dir=cache, dtype="float8")
     with pytest.raises(ValueError, match="empty"):
         load_policy("", cache_dir=cache)
+    # a ModelConfig's tokenizer: its own name, template and cache, or another name (a served checkpoint)
+    from orchestra.config import ModelConfig
+
+    m = ModelConfig(name="tiny", cache_dir=cache, chat_template=str(custom))
+    assert models.config_tokenizer(m).apply_chat_template(MESSAGES[:1], tokenize=False).startswith("[system]")
+    other = ModelConfig(name="Qwen/Qwen3-8B", cache_dir=cache, chat_template=str(custom))  # never loaded here
+    assert models.config_tokenizer(other, "tiny").get_vocab() == models.config_tokenizer(m).get_vocab()
 
 
 def test_learner_checkpoint_dir_loads_back(tiny, tmp_path):
