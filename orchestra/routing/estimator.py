@@ -203,7 +203,7 @@ class RouteEstimator:
         self.model = {"kind": chosen.kind, "parts": list(parts), "C": chosen.C, "k": chosen.k, "s": chosen.s,
                       "meta": chosen.meta, "knn_meta": chosen.knn_meta, "n_meta": int(n_meta), "n_stats": int(n_stats),
                       "alpha_cost": alpha["cost"], "alpha_lat": alpha["lat"],
-                      "spend": "log" if "ridge_mu" in c else "linear"}
+                      "spend": spend.form(c)}
         self.coef, self.n_train = c, n
         return self
 
@@ -285,8 +285,7 @@ class RouteEstimator:
         need = (("acc_w", "acc_b") if "logistic" in parts else ()) + (
             ("knn_X", "knn_sum", "knn_count", "knn_prior") if {"knn", "family"} & set(parts) else ()) + (
             ("text_w", "text_b", "text_mu", "text_sd") if "text" in parts else ()) + (
-            ("ridge_mu", "ridge_sd", "cost_eps", "cost_smear", "lat_eps", "lat_smear")
-            if est.model.get("spend") == "log" else ())
+            spend.LOG_ARRAYS if est.model.get("spend") == "log" else ())
         lacking = [k for k in need if k not in est.coef]
         if lacking:
             raise ValueError(f"{d}: estimator.npz lacks {lacking} for its {est.model['kind']} model")

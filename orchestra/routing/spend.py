@@ -30,6 +30,12 @@ KEYS = ("cost", "lat")  # coefficient prefixes: $ and seconds
 # strongest first (ties, e.g. a constant target, keep the plan's mean)
 GRID_ALPHA = (1e4, 100.0, 10.0, 1.0, 0.1)
 EPS_SHARE = 0.01  # ε of the log form, as a share of the plan's mean (a plan that never spends keeps predicting 0)
+LOG_ARRAYS = ("ridge_mu", "ridge_sd", "cost_eps", "cost_smear", "lat_eps", "lat_smear")  # what the log form adds
+
+
+def form(coef: dict[str, np.ndarray]) -> str:
+    """"log" or "linear": which form fitted coefficients are in (saved as the estimator model's `spend`)."""
+    return "log" if "ridge_mu" in coef else "linear"
 
 
 def choose_alpha(X: np.ndarray, rows: Sequence[np.ndarray], targets: Sequence[np.ndarray], folds: int = 5,
