@@ -42,7 +42,7 @@ class HFEngine:
 
     def __init__(self, model: Any, eos_token_ids: list[int], pad_token_id: int | None, max_batch_size: int = 64,
                  batch_wait_ms: float = 2.0, device: str | None = None, prefix_cache_mb: float = 1024.0,
-                 join_every: int = 8, prefill_chunk_tokens: int = 4096):
+                 join_every: int = 8, prefill_chunk_tokens: int = 4096, sampler: Any = None):
         import threading
 
         from orchestra.engine.kv_reuse import PrefixStore, use_native_gqa
@@ -54,6 +54,9 @@ class HFEngine:
         if prefill_chunk_tokens < 0:
             raise ValueError(f"prefill_chunk_tokens must be >= 0 (0: one forward per prefill), got {prefill_chunk_tokens}")
         self.join_every, self.prefill_chunk_tokens = join_every, prefill_chunk_tokens
+        # (logits, rows) -> (tokens, logprobs); replay swaps in one that follows a recorded episode
+        # (orchestra/engine/ties.py `Follower`)
+        self.sampler = sampler
         # None: where the model already is. A fixed "cpu" default moved every GPU-loaded policy back to the CPU
         # (the rollout workers and evaluation pass none).
         self.device = device or str(next(model.parameters()).device)
@@ -258,6 +261,7 @@ class HFEngine:
         from orchestra.engine.kv_reuse import join_batches, row_cache
         from orchestra.engine.sampling import sample_rows
 
+        sample = self.sampler or sample_rows
         with self._lock, torch.inference_mode():
             start = time.perf_counter()
             self._stats["batches"] += 1
@@ -267,7 +271,7 @@ class HFEngine:
             lps: dict[int, list[float]] = {id(r): [] for r in batch}
             step = 0
             while True:
-                new, new_lp = sample_rows(logits, rows)
+                new, new_lp = sample(logits, rows)
                 keep: list[int] = []
                 for i, (r, t, lp) in enumerate(zip(rows, new.tolist(), new_lp.tolist(), strict=True)):
                     toks[id(r)].append(t)

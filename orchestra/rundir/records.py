@@ -7,8 +7,9 @@ Layout under `<run_dir>/episodes/`:
   weights/v000123.pt                                   the policy weights of version 123 (`log.replay_weights`)
 A record holds the episode id, kind (train | eval), step, uid, the task as the worker got it (preference
 included), sampling settings with the episode's seed, the policy version it ran on, per turn the prompt length,
-a hash of the prompt ids and the generated ids, every tool call with its full result (text, $, seconds, error,
-meta), the answer and the reward with its terms. Token ids keep records compact and exact.
+a hash of the prompt ids, the generated ids and their log-probs (6 decimals), every tool call with its full
+result (text, $, seconds, error, meta), the answer and the reward with its terms. Token ids keep records compact
+and exact.
 
 Seeds: `episode_seed` gives every episode its own sampling stream, a pure function of (run seed, step or eval
 tag, index). Sampling from a private stream draws from the same distribution as the shared one, so seeding
@@ -70,6 +71,8 @@ def episode_record(kind: str, step: int, request: dict[str, Any], sampling: dict
             "version": turns[0]["policy_version"] if turns else None,
             "turns": [{"prompt_len": len(t["prompt_ids"]), "prompt_hash": ids_hash(t["prompt_ids"]),
                        "response_ids": t["response_ids"], "finish_reason": t["finish_reason"],
+                       # replay's near-tie rule compares them (orchestra/engine/ties.py); 1e-6 is far below its tol
+                       "logprobs": [round(float(x), 6) for x in t.get("logprobs") or []],
                        "gen_latency_s": t["gen_latency_s"]} for t in turns],
             "tool_calls": traj.get("tool_records", []), "answer": traj.get("answer"),
             "termination": traj.get("termination"), "error": traj.get("error"),
