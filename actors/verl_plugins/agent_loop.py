@@ -155,9 +155,14 @@ def _output(prompt: list[int], response: list[int], mask: list[int], logprobs: l
                            extra_fields=dict(extra))
 
 
-def episode_extra(traj: Trajectory, cost_usd: float, latency_s: float, global_steps: list[int]) -> dict[str, Any]:
-    """Episode facts every output carries (verl's reward function reads them as extra_info)."""
+def episode_extra(traj: Trajectory, cost_usd: float, latency_s: float, global_steps: list[int],
+                  row_step: int) -> dict[str, Any]:
+    """Episode facts every output carries (verl's reward function reads them as extra_info). The policy versions
+    that generated it (min/max_global_steps) fall back to the row's own step when no generation returned: verl's
+    V1 trainer casts every output's tags with `np.array(..., dtype=int)` (v1/trainer_base.py:1897), where one None
+    (an episode whose first generate failed) would crash the whole step."""
     recs = traj.tool_records
+    steps = global_steps or [int(row_step)]
     return {"episode_id": traj.episode_id, "task_id": traj.task_id, "termination": traj.termination,
             "answer": traj.answer or "", "context_mode": traj.context_mode, "num_model_turns": len(traj.turns),
             "cost_usd": float(cost_usd), "latency_s": float(latency_s), "gen_latency_s": traj.gen_latency_s,
@@ -166,8 +171,7 @@ def episode_extra(traj: Trajectory, cost_usd: float, latency_s: float, global_st
             "tool_costs": [float(r.result.cost_usd) for r in recs],
             "tool_latencies": [float(r.result.latency_s) for r in recs],
             "tool_errors": [r.result.error or "" for r in recs], "error": traj.error or "",
-            "min_global_steps": min(global_steps) if global_steps else None,
-            "max_global_steps": max(global_steps) if global_steps else None}
+            "min_global_steps": min(steps), "max_global_steps": max(steps)}
 
 
 def episode_outputs(traj: Trajectory, extra: dict[str, Any], *, prompt_len: int, response_len: int,
@@ -255,15 +259,15 @@ class OrchestraAgentLoop(AgentLoopBase):
         loop = AgentLoop.from_config(a, engine, tools, prompter, eos_token_ids=self._eos_ids(),
                                      max_context_tokens=ctx_tokens)
         sampling = Sampling(max_tokens=min(cfg.sampling.max_tokens, self.response_len))
-        traj = await loop.run(task, sampling, uid=uid, episode_id=f"{uid}_{session}",
-                              policy_version=int(kwargs.get("global_steps", 0) or 0))
+        row_step = int(kwargs.get("global_steps", 0) or 0)
+        traj = await loop.run(task, sampling, uid=uid, episode_id=f"{uid}_{session}", policy_version=row_step)
         self.trajectory = traj  # kept for traces and tests; verl drops this object after the episode
         try:
             cost = episode_cost(traj, cfg.model.price_in_per_mtok, cfg.model.price_out_per_mtok).total_usd
         except ValueError:  # a tool charged an invalid cost: the reward side marks the episode failed
             cost = 0.0
         latency = episode_latency(traj, cfg.reward.count_generation_latency)
-        extra = episode_extra(traj, cost, latency, engine.global_steps)
+        extra = episode_extra(traj, cost, latency, engine.global_steps, row_step)
         extra["pref"] = dict(task.pref)
         score, info = None, None
         if rubric_of(cfg.reward.rubric).grouped:

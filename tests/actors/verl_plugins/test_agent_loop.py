@@ -215,6 +215,13 @@ async def test_engine_failure_still_yields_a_masked_output():
     got = await compute_score(task.data_source, "", task.answer, {**row(task)["extra_info"], **out.extra_fields},
                               orchestra_overrides=["experiment=cpu_tiny", "reward=scalar"])
     assert got["failed"] == 1.0 and got["score"] == 0.0
+    # verl's V1 trainer stores each output's staleness tags (agent_loop_tq.py:205-219) and casts them with
+    # np.array(..., dtype=int) in its step metrics (v1/trainer_base.py:1897): on 64e2e69 they were None here,
+    # a TypeError that took the whole training step down. They fall back to the row's own global step.
+    tags = [{"min_global_steps": out.extra_fields.get("min_global_steps"),
+             "max_global_steps": out.extra_fields.get("max_global_steps")}]
+    for key in ("min_global_steps", "max_global_steps"):
+        assert np.array([t[key] for t in tags], dtype=int).tolist() == [row(task)["global_steps"]]
 
 
 async def test_tool_calls_are_bounded_in_time_and_characters():
