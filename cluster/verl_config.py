@@ -64,6 +64,10 @@ UNHONOURED = {
     "eval.presets": "held-out scoring under several presets: `make eval` on the merged checkpoint",
     "model.lora": "LoRA serves the warm start only (verl.warm_start=true); for GRPO set verl's own "
                   "actor_rollout_ref.model.lora_rank through verl.overrides",
+    # the warm start attaches the router line to in-memory tasks after `stage` wrote the parquet verl reads: the SFT
+    # would train with the line and GRPO's prompts would lack it (cluster/warm_start.py, orchestra/routing/hints.py)
+    "agent.route_hints": "the router line reaches the warm start's prompts only, never the staged parquet verl's "
+                         "rollouts read; train route hints with backend=local",
 }
 
 
@@ -77,6 +81,8 @@ def refuse_unhonoured(cfg: ExperimentConfig) -> None:
         found.append(("eval.presets", cfg.eval.presets))
     if cfg.model.lora.r and not cfg.verl.warm_start:
         found.append(("model.lora", f"r={cfg.model.lora.r}"))
+    if cfg.agent.route_hints:
+        found.append(("agent.route_hints", True))
     if found:
         key, value = found[0]
         more = f" (also: {', '.join(k for k, _ in found[1:])})" if len(found) > 1 else ""

@@ -145,7 +145,9 @@ def test_scalar_rubric_goes_through_verls_custom_reward_function(tmp_path):
 
 def test_unhonoured_keys_are_refused_with_one_line():
     for key, value in [("algo.balance_prefs", "true"), ("eval.presets", "[balanced,cost-first]"),
-                       ("model.lora.r", "8"), ("sft.teacher", "expected_value")]:
+                       ("model.lora.r", "8"), ("sft.teacher", "expected_value"),
+                       # on 64e2e69 the warm start trained with the router line and GRPO's staged prompts lacked it
+                       ("agent.route_hints", "true")]:
         with pytest.raises(ConfigError, match=key.rsplit(".r", 1)[0]):
             verl_overrides(load_config(H100 + ["verl.warm_start=false", f"{key}={value}"]), [])
     # the warm start (and its LoRA adapters) is honoured as the job's first stage
