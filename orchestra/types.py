@@ -111,7 +111,8 @@ class Message:
 
 # Typed signals of a ToolResult and the meta key each is also shown under (traces, records, older records).
 SIGNAL_KEYS = {"answer": "answer", "documents": "documents", "code_output": "code_output",
-               "refused": "budget_refused", "retryable": "retryable", "message": "agent_message"}
+               "refused": "budget_refused", "retryable": "retryable", "message": "agent_message",
+               "candidate": "candidate"}
 
 
 @dataclass
@@ -137,6 +138,7 @@ class ToolResult:
     refused: bool = False  # a budget refusal: the call was not made, and the episode ends (budget)
     retryable: bool | None = None  # a transient failure the tool server may retry (None: the tool did not say)
     message: str | None = None  # τ²'s call_expert: words said to the user as the agent's turn
+    candidate: str | None = None  # an expert's extracted answer, shown; the episode goes on (`consult`)
 
     def __post_init__(self):
         for attr, key in SIGNAL_KEYS.items():

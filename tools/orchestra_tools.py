@@ -1,4 +1,5 @@
-"""ToolOrchestra's tool set: `search(model)`, `enhance_reasoning(model)`, `answer(model)`.
+"""ToolOrchestra's tool set: `search(model)`, `enhance_reasoning(model)`, `answer(model)`; and `consult(model)`,
+`submit(model)` for orchestrators that read what their experts answer.
 
 Each tool takes one argument, `model`: a tier id (search-1..3, reasoner-1..3, answer-1..4, answer-math-1..2)
 that the task's `model_mapping` (falling back to the zoo's `tiers`) maps to an expert. The expert is reached
@@ -9,6 +10,9 @@ through the Expert protocol (tools/experts/: real, simulated or replayed), so th
   for real; the result's `code_output` holds what it printed.
 - answer: the expert answers with the problem, documents and code outputs as context; the result's `answer` is the
   extracted answer (\\boxed{}, <answer>, or the last line), which ends the episode.
+- consult: the same expert call on the answer tiers, but the extracted answer comes back as `candidate` and is
+  shown to the orchestrator ("answer-2 answered: B"); the episode goes on. `submit(model)` then ends it with the
+  answer a consulted tier gave, at no cost (the agent loop carries it out; only its schema is here).
 schema(task) renders each tier's price ($/Mtok, after task.pricing overrides) and typical latency, as
 ToolOrchestra does, so the orchestrator can trade accuracy for cost. Prompt wording and extractors are
 `ToolPrompts` (config; ToolOrchestra-like defaults in our own words). Budgets and retries are the caller's.
@@ -268,6 +272,21 @@ class EnhanceReasoningTool(TieredExpertTool):
         return ToolResult(f"Code:\n{code}\nOutput:\n{output}", meta=meta, code_output=output, **base)
 
 
+NO_ANSWER = "(no answer recorded)"  # a consulted expert whose answer the source does not hold
+
+
+def expert_answer(reply: ExpertReply, meta: dict[str, Any], extractors: list[str]) -> str:
+    """The reply's final answer (the expert's own extraction, else ours), with the evaluation-only verdicts copied
+    into `meta` (never shown to the orchestrator: the judges of replay zoos read them)."""
+    answer = reply.meta.get("answer")
+    if answer is None:
+        answer = extract_answer(reply.text, extractors)
+    for key in ("sim_correct", "recorded_correct", "response_recorded"):
+        if key in reply.meta:
+            meta[key] = reply.meta[key]
+    return str(answer)
+
+
 class AnswerTool(TieredExpertTool):
     name = "answer"
     summary = "Answer: an expert gives the final answer (ends the episode)."
@@ -275,13 +294,61 @@ class AnswerTool(TieredExpertTool):
     purpose = "answer"
 
     async def finish(self, reply, ctx, base, meta):
-        answer = reply.meta.get("answer")
-        if answer is None:
-            answer = extract_answer(reply.text, self.prompts.answer_extractors)
-        for key in ("sim_correct", "recorded_correct"):  # for evaluation only; never shown to the orchestrator
-            if key in reply.meta:
-                meta[key] = reply.meta[key]
-        return ToolResult(f"Answer: {answer}", meta=meta, answer=str(answer), **base)
+        answer = expert_answer(reply, meta, self.prompts.answer_extractors)
+        return ToolResult(f"Answer: {answer}", meta=meta, answer=answer, **base)
 
 
-ORCHESTRA_TOOLS = {cls.name: cls for cls in (SearchTool, EnhanceReasoningTool, AnswerTool)}
+class ConsultTool(TieredExpertTool):
+    """An answer tier's expert answers, and the orchestrator sees its extracted answer (`candidate`) instead of
+    the episode ending: it may consult another tier, escalate with `answer`, or `submit` an answer it has seen."""
+
+    name = "consult"
+    summary = ("Consult: an expert answers and you see its answer; then consult another, answer, or submit an "
+               "answer you have seen.")
+    prefixes = TIER_PREFIXES["answer"]
+    purpose = "answer"
+
+    async def finish(self, reply, ctx, base, meta):
+        answer = expert_answer(reply, meta, self.prompts.answer_extractors)
+        if meta.get("response_recorded") is False:  # a verdicts-only log: there is no answer to show
+            return ToolResult(f"{meta['tier']} answered, but the log records only its verdict, not its answer",
+                              meta=meta, candidate=NO_ANSWER, **base)
+        return ToolResult(f"{meta['tier']} answered: {answer}", meta=meta, candidate=answer, **base)
+
+
+class SubmitTool:
+    """`submit(model)`: end the episode with the answer that tier gave earlier in it (a `consult`), at no cost.
+    Only its schema lives here: what a tier answered is the episode's state, so the agent loop carries the call
+    out (orchestra/agent/loop.py) and it never reaches a tool server."""
+
+    name = "submit"
+    summary = "Submit: end with the answer an expert already gave you (free; consult it first)."
+
+    def __init__(self, tiers: dict[str, str]):
+        self.tiers = dict(tiers)
+        self.description = self.summary
+        self.parameters = {"type": "object", "properties": {"model": {"type": "string", "description":
+                           "tier id of a consulted expert"}}, "required": ["model"], "additionalProperties": False}
+
+    def tier_ids(self, task: Task | None) -> list[str]:
+        mapping = (task.model_mapping if task is not None and task.model_mapping else None) or self.tiers
+        return sorted((t for t in mapping if t.startswith(TIER_PREFIXES["answer"])), key=_tier_key)
+
+    def schema(self, task: Task | None = None) -> dict[str, Any]:
+        params = {**self.parameters, "properties": {"model": {"type": "string", "enum": self.tier_ids(task),
+                                                              "description": "tier id of a consulted expert"}}}
+        return function_schema(self.name, self.summary, params)
+
+    def example_args(self) -> dict[str, Any]:
+        tiers = self.tier_ids(None)
+        return {"model": tiers[0]} if tiers else {"model": ""}
+
+    def cost_bound(self, args: dict[str, Any], ctx: ToolContext) -> float:
+        return 0.0
+
+    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult.failure("submit is carried out by the agent loop (the answers it adopts are the episode's)",
+                                  meta={"invalid_arguments": True})
+
+
+ORCHESTRA_TOOLS = {cls.name: cls for cls in (SearchTool, EnhanceReasoningTool, AnswerTool, ConsultTool)}

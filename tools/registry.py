@@ -2,8 +2,8 @@
 
 `build_experts(zoo)` makes one Expert per `zoo.experts` entry (kind sim | openai | replay) and validates every
 price at load: a model that genai-prices does not know and that has no override is an UnknownModelError
-naming the expert. `build_tools(zoo, names)` makes the named tools: search, enhance_reasoning, answer
-(tools/orchestra_tools.py), python, calculator, retrieve, web_search (tools/python_tool.py, calculator.py,
+naming the expert. `build_tools(zoo, names)` makes the named tools: search, enhance_reasoning, answer, consult,
+submit (tools/orchestra_tools.py), python, calculator, retrieve, web_search (tools/python_tool.py, calculator.py,
 retriever.py, web_search.py), and `<server>__<tool>` for each tool of a `zoo.mcp_servers` entry
 (tools/mcp/). Extend by registering a name: `register_tool(name, builder)` / `register_expert(kind, builder)`;
 a builder receives a `Build` (the zoo plus lazily built shared parts).
@@ -177,8 +177,15 @@ def _calculator(b: Build) -> Tool:
     return Calculator()
 
 
-for _name in ("search", "enhance_reasoning", "answer"):
+def _submit(b: Build) -> Tool:
+    from tools.orchestra_tools import SubmitTool
+
+    return SubmitTool(b.zoo.tiers)
+
+
+for _name in ("search", "enhance_reasoning", "answer", "consult"):
     register_tool(_name, _orchestra_tool(_name))
+register_tool("submit", _submit)
 register_tool("python", lambda b: b.sandbox())
 register_tool("calculator", _calculator)
 register_tool("retrieve", lambda b: b.retriever())

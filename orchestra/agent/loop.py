@@ -2,9 +2,10 @@
 
 The same loop runs in training rollout workers, the Serve endpoint and inside verl: the engine and the
 ToolClient are injected (in-process tools, Ray tool-server actors, or verl's LLM server client).
-An episode ends when the `answer` tool returns an answer (or, in answer_mode=text, when the model replies
-without a tool call) -> `answered` (terminated); when turns run out -> `max_turns`; when the context has no
-room left for a reply -> `context`; when a $ / seconds / turns budget is hit or a call would exceed it ->
+An episode ends when the `answer` tool returns an answer, when `submit(model)` adopts what a `consult` of that
+tier answered (orchestra/agent/consults.py), or, in answer_mode=text, when the model replies without a tool call
+-> `answered` (terminated); when turns run out -> `max_turns`; when the context has no room left for a reply ->
+`context`; when a $ / seconds / turns budget is hit or a call would exceed it ->
 `budget` (truncated); on an engine failure -> `error`. The loop acts on ToolResult's typed signals (answer,
 documents, code_output, refused), never on its free-form meta.
 Model garbage never ends an episode: it becomes a parse-error observation for the next turn.
@@ -29,6 +30,7 @@ from collections import Counter
 from typing import Any, Protocol
 
 from orchestra.agent.budget import EpisodeBudget
+from orchestra.agent.consults import SUBMIT_TOOL, Consults
 from orchestra.agent.parse import parse
 from orchestra.agent.prompt import Prompter
 from orchestra.engine import Engine, Sampling
@@ -131,6 +133,7 @@ class _Episode:
         self.documents: list[str] = []
         self.code_outputs: list[str] = []
         self.attempts: list[str] = []
+        self.consults = Consults()  # the answers consulted experts gave (orchestra/agent/consults.py)
         self.messages: list[dict[str, Any]] = []
         self.ids: list[int] = []  # transcript mode: the whole token sequence so far
         self.attempt_counts: Counter[str] = Counter()
@@ -155,7 +158,8 @@ class _Episode:
     def _prompt_ids(self) -> list[int]:
         p = self.loop.prompter
         if self.loop.context_mode == "reprompt":
-            msgs = [p.system(self.task), p.reprompt_user(self.task, self.documents, self.code_outputs, self.attempts)]
+            msgs = [p.system(self.task), p.reprompt_user(self.task, self.documents, self.code_outputs, self.attempts,
+                                                         self.consults.view())]
             return p.encode(msgs, self.schemas)
         if not self.ids:
             self.messages = p.first_messages(self.task)
@@ -206,9 +210,16 @@ class _Episode:
                 if len(parsed.calls) > self.loop.max_calls_per_turn:
                     observations.append(f"Note: only the first {self.loop.max_calls_per_turn} tool call(s) per "
                                         f"turn are executed; {len(parsed.calls) - len(turn.tool_calls)} ignored.")
-                if self._repeat_of(turn.tool_calls[0]) is None:  # a skipped repeat uses no tool
-                    self.first_ids[turn.tool_calls[0].tool_id] += 1
+                first = turn.tool_calls[0]
+                if self._repeat_of(first) is None and not self._submits(first):  # neither uses a tool
+                    self.first_ids[first.tool_id] += 1
                 for call in turn.tool_calls:
+                    if self._submits(call):
+                        text, answered = self._submit(call, turn_no)
+                        observations.append(self.loop.prompter.observation(text))
+                        if answered:
+                            return
+                        continue
                     earlier = self._repeat_of(call)
                     if earlier is not None:
                         observations.append(self._skip_repeat(call, turn_no, earlier))
@@ -250,6 +261,23 @@ class _Episode:
         self.forcing = prefix
         return self.loop.prompter.observation(result.text)
 
+    def _submits(self, call: ToolCall) -> bool:
+        return call.name == SUBMIT_TOOL and SUBMIT_TOOL in self.names
+
+    def _submit(self, call: ToolCall, turn_no: int) -> tuple[str, bool]:
+        """Adopt a consulted tier's answer ($0, no tool called): (observation, whether the episode is answered)."""
+        self._emit("tool_call", {"turn": turn_no, "name": call.name, "arguments": call.arguments})
+        record = self.consults.submit(call, turn_no)
+        result = record.result
+        self.traj.tool_records.append(record)
+        self._emit("observation", {"turn": turn_no, "name": call.name, "text": result.text, "cost_usd": 0.0,
+                                   "latency_s": 0.0, "error": result.error})
+        if not result.ok:
+            self.attempts.append(f"turn {turn_no + 1}: {call.name}({call.tool_id}) -> {result.text}")
+            return result.text, False
+        self._answer(str(result.answer), turn_no)
+        return result.text, True
+
     def _answer(self, answer: str, turn_no: int) -> None:
         self.traj.answer, self.traj.termination = answer, "answered"
         self._emit("answer", {"turn": turn_no, "answer": answer})
@@ -275,7 +303,8 @@ class _Episode:
         self.documents.extend(str(d) for d in docs)
         if result.code_output is not None:
             self.code_outputs.append(str(result.code_output))
-        if not docs and result.code_output is None and result.answer is None:
+        consulted = self.consults.note(self.traj.tool_records[-1])  # shown in a section of its own, not as an attempt
+        if not consulted and not docs and result.code_output is None and result.answer is None:
             self.attempts.append(f"turn {turn_no + 1}: {call.name}({call.tool_id}) -> {result.text}")
         self._emit("observation", {"turn": turn_no, "name": call.name, "text": result.text[:500],
                                    "cost_usd": result.cost_usd, "latency_s": result.latency_s,

@@ -3,7 +3,8 @@
 Two context modes (DESIGN.md "Contracts"):
 - reprompt (ToolOrchestra): each turn re-renders system + one user message holding the Problem, the
   Documents retrieved so far, the code outputs and earlier attempts, each cut to its character budget
-  (newest kept first) so the prompt stays bounded however long the episode runs.
+  (newest kept first) so the prompt stays bounded however long the episode runs, and the answers consulted
+  experts gave ("Expert answers", one short line per tier).
 - transcript: one conversation; after each turn only the *delta* (tool responses + the next assistant
   header) is tokenized and appended, so the model's own tokens are never re-tokenized.
 
@@ -164,10 +165,13 @@ class Prompter:
         return {"role": "system", "content": self.format.system if self.format else self.system_prompt}
 
     def reprompt_user(self, task: Task, documents: list[str], code_outputs: list[str],
-                      attempts: list[str]) -> dict[str, Any]:
+                      attempts: list[str], answers: Sequence[dict[str, str]] = ()) -> dict[str, Any]:
+        """The reprompt user turn. `answers`: what consulted experts answered (orchestra/agent/consults.py), each
+        {tier, model, answer}: our layout lists them by tier; Orchestrator-8B's as its attempts by model."""
         if self.format:
+            seen = [*attempts, *({"model": a["model"], "answer": a["answer"]} for a in answers)]
             return {"role": "user", "content": toolorchestra_format.user_content(
-                self.format, self.tok, task.problem, documents, code_outputs, attempts, task.model_mapping)}
+                self.format, self.tok, task.problem, documents, code_outputs, seen, task.model_mapping)}
         sections = [f"Problem: {task.problem}"]
         for title, items, budget in (("Documents", documents, self.doc_chars),
                                      ("Code outputs", code_outputs, self.code_chars),
@@ -175,6 +179,8 @@ class Prompter:
             body = _fit(items, budget, title.split()[-1].rstrip("s").capitalize())
             if body:
                 sections.append(f"{title}:\n{body}")
+        if answers:  # short extracted answers (a letter, a number), one line each: the whole list, never cut
+            sections.append("Expert answers:\n" + "\n".join(f"{a['tier']}: {a['answer'][:80]}" for a in answers))
         sections.append(self.preference(task))
         return {"role": "user", "content": "\n\n".join(sections)}
 
