@@ -61,8 +61,11 @@ class RouterEngine:
         return Generation(ids, [0.0] * len(ids), "stop")
 
 
-def script_engine(tokenizer: Any, script: list[str], eos_token_id: int) -> RouterEngine:
-    """One episode's engine replaying `script` (its last entry repeats if the episode runs longer)."""
+def script_engine(tokenizer: Any, script: list[str] | Callable[[int, str], str], eos_token_id: int) -> RouterEngine:
+    """One episode's engine replaying `script` (its last entry repeats if the episode runs longer), or, for a plan
+    that acts on what it sees (orchestra/routing/cascade.py `choose`), asking `script(turn, prompt text)`."""
+    if callable(script):
+        return RouterEngine(tokenizer, script, eos_token_id)
     return RouterEngine(tokenizer, lambda turn, _prompt: script[min(turn, len(script) - 1)], eos_token_id)
 
 

@@ -65,9 +65,11 @@ class Outcome:
     cost_usd: float
     latency_s: float
     seed: int = 0
+    answer: str | None = None  # the final answer: what cascades compare (orchestra/routing/cascade.py)
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> Outcome:
         """From an evaluator record (orchestra.eval.runner.Evaluator: `policy` is the plan's name)."""
+        answer = r.get("answer")
         return cls(str(r["task_id"]), str(r["policy"]), bool(r["correct"]), float(r["cost_usd"]),
-                   float(r["latency_s"]), int(r.get("seed", 0)))
+                   float(r["latency_s"]), int(r.get("seed", 0)), None if answer is None else str(answer))

@@ -1,0 +1,236 @@
+"""Adaptive plans (cascades): consult cheap experts, read what they answer, and escalate only when it says to.
+
+One-shot plans (orchestra/routing/plans.py) fix every call before any expert speaks. A cascade decides on what the
+experts answered, through the `consult` / `submit` tools (orchestra/agent/consults.py):
+
+  pair       `a&b>c`   consult a and b; if their answers agree, submit a's; else answer with c
+  no-answer  `a?>c`    consult a; if it gave no usable answer, answer with c; else submit a's
+  three      `a&b>c>d` consult a and b; if they agree, submit a's; else consult c; if c agrees with a or b, submit
+                       c's; else answer with d
+
+Its outcome on a task follows from each tier's one-shot outcome there (its answer, right or wrong, $ and seconds):
+`consult(k)` asks the same expert the same question as `answer(k)` and gets the same reply (replay zoos replay it;
+the simulated zoo draws it from the same key), so `cascade_outcomes` computes every cascade's outcome offline from
+the exploration table, and tests check that it equals the episode the agent loop plays (`choose`). Two answers agree
+when they are equal after case, space and bracket folding ("(B)" = "b"); a missing answer agrees with nothing.
+`evaluate` does the same for whole arrays of recorded outcomes (benchmarks over thousands of questions).
+`hand_cascades(tiers, costs)`: every ordered pair of tiers (the cheaper consulted first) escalating to every tier
+outside it, and every tier escalating on no answer to every pricier one. Which cascade suits a task under a
+preference is the estimator's business (they are plans like any other there); the bench's: bench/cascades.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestra.routing.plans import Outcome, Plan
+
+_FOLD = re.compile(r"[\s()\[\].:]+")
+NO_ANSWER_MARKERS = ("", "(no answer recorded)", "none", "unknown")
+
+
+def fold(answer: str | None) -> str | None:
+    """An answer as agreement compares it; None when there is none to compare."""
+    raw = "" if answer is None else str(answer).strip().lower()
+    if raw in NO_ANSWER_MARKERS or raw.startswith("(no response recorded"):
+        return None
+    return _FOLD.sub(" ", raw).strip() or None
+
+
+def agree(a: str | None, b: str | None) -> bool:
+    fa, fb = fold(a), fold(b)
+    return fa is not None and fa == fb
+
+
+@dataclass(frozen=True)
+class Cascade:
+    """`consult` tiers in order, submitting when the rule is met, else `answer` with `final`. kind: pair (consult
+    2, agree -> submit the first), no_answer (consult 1, an answer -> submit it), three (consult 2; if they
+    disagree, consult a third and submit it when it agrees with either)."""
+
+    kind: str
+    consult: tuple[str, ...]
+    final: str
+
+    def __post_init__(self):
+        want = {"pair": 2, "no_answer": 1, "three": 3}.get(self.kind)
+        if want is None or len(self.consult) != want:
+            raise ValueError(f"a {self.kind!r} cascade consults {want} tiers, got {self.consult}")
+
+    @property
+    def name(self) -> str:
+        c = self.consult
+        if self.kind == "no_answer":
+            return f"{c[0]}?>{self.final}"
+        return "&".join(c[:2]) + "".join(f">{t}" for t in c[2:]) + f">{self.final}"
+
+    def decide(self, answers: dict[str, str | None]) -> tuple[list[str], str, str]:
+        """(tiers consulted, the tool that ends, its tier) given each tier's answer: 'submit' adopts the answer
+        that tier gave, 'answer' calls it."""
+        c = self.consult
+        if self.kind == "no_answer":
+            return ([c[0]], "submit", c[0]) if fold(answers.get(c[0])) is not None else ([c[0]], "answer", self.final)
+        if agree(answers.get(c[0]), answers.get(c[1])):
+            return [c[0], c[1]], "submit", c[0]
+        if self.kind == "pair":
+            return [c[0], c[1]], "answer", self.final
+        if agree(answers.get(c[2]), answers.get(c[0])) or agree(answers.get(c[2]), answers.get(c[1])):
+            return list(c), "submit", c[2]
+        return list(c), "answer", self.final
+
+
+def parse(name: str) -> Cascade:
+    """The cascade a name describes (`Cascade.name`'s forms)."""
+    if "?>" in name:
+        first, final = name.split("?>")
+        return Cascade("no_answer", (first,), final)
+    head, *rest = name.split(">")
+    pair = tuple(head.split("&"))
+    if len(pair) != 2 or not rest or len(rest) > 2:
+        raise ValueError(f"not a cascade name: {name!r} (a&b>c, a&b>c>d or a?>c)")
+    return Cascade("pair", pair, rest[0]) if len(rest) == 1 else Cascade("three", (*pair, rest[0]), rest[1])
+
+
+def hand_cascades(tiers: Sequence[str], cost: dict[str, float]) -> list[Cascade]:
+    """Every pair cascade (the cheaper of two tiers consulted first, escalating to any third tier) and every
+    no-answer cascade (to any pricier tier): what a person would write by hand, all of it."""
+    by_cost = sorted(tiers, key=lambda t: (cost.get(t, 0.0), t))
+    out = []
+    for i, a in enumerate(by_cost):
+        for b in by_cost[i + 1:]:
+            out += [Cascade("pair", (a, b), c) for c in by_cost if c not in (a, b)]
+        out += [Cascade("no_answer", (a,), c) for c in by_cost[i + 1:]]
+    return out
+
+
+def table(outcomes: Iterable[Outcome]) -> dict[str, dict[str, Outcome]]:
+    """task id -> tier -> its one-shot outcome (plans named by their tier alone: `answer-2`)."""
+    out: dict[str, dict[str, Outcome]] = {}
+    for o in outcomes:
+        if "+" not in o.plan and "&" not in o.plan and ">" not in o.plan:
+            out.setdefault(o.task_id, {})[o.plan] = o
+    return out
+
+
+@dataclass(frozen=True)
+class Played:
+    """A cascade's outcome on one task: the Outcome row, and whether it escalated (called `final`)."""
+
+    outcome: Outcome
+    escalated: bool
+    agreed: bool | None  # pair and three cascades: whether the first two answers agreed
+
+
+def play(cascade: Cascade, row: dict[str, Outcome]) -> Played | None:
+    """The cascade on one task from its tiers' one-shot outcomes; None when a tier it needs was not explored."""
+    answers = {t: o.answer for t, o in row.items()}
+    consulted, tool, tier = cascade.decide(answers)
+    calls = consulted + ([tier] if tool == "answer" else [])
+    if any(t not in row for t in calls):
+        return None
+    end = row[tier]
+    some = row[calls[0]]
+    outcome = Outcome(some.task_id, cascade.name, bool(end.correct), sum(row[t].cost_usd for t in calls),
+                      sum(row[t].latency_s for t in calls), some.seed, end.answer)
+    agreed = None if cascade.kind == "no_answer" else agree(answers.get(consulted[0]), answers.get(consulted[1]))
+    return Played(outcome, tool == "answer", agreed)
+
+
+def cascade_outcomes(outcomes: Iterable[Outcome], cascades: Sequence[Cascade]) -> list[Outcome]:
+    """Outcome rows of every cascade on every task whose needed tiers were explored."""
+    rows = table(outcomes)
+    return [p.outcome for c in cascades for row in rows.values() if (p := play(c, row)) is not None]
+
+
+def choose(cascade: Cascade):
+    """A scripted router for orchestra/engine/scripted.py: (turn, prompt text) -> the next call, reading the
+    prompt's "Expert answers" section (orchestra/agent/prompt.py) as a policy would."""
+
+    def call(name: str, tier: str) -> str:
+        return "<tool_call>" + json.dumps({"name": name, "arguments": {"model": tier}}) + "</tool_call>"
+
+    def next_call(_turn: int, prompt: str) -> str:
+        seen = _answers_in(prompt)
+        for tier in cascade.consult:
+            if tier not in seen:
+                consulted, _, _ = cascade.decide(seen)
+                if tier in consulted:
+                    return call("consult", tier)
+        _, tool, tier = cascade.decide(seen)
+        return call(tool, tier)
+
+    return next_call
+
+
+def _answers_in(prompt: str) -> dict[str, str | None]:
+    """tier -> answer from the last "Expert answers:" section of a rendered prompt."""
+    at = prompt.rfind("Expert answers:\n")
+    if at < 0:
+        return {}
+    out: dict[str, str | None] = {}
+    for line in prompt[at + len("Expert answers:\n"):].split("\n"):
+        tier, sep, answer = line.partition(": ")
+        if not sep or " " in tier:
+            break
+        out[tier] = answer
+    return out
+
+
+def as_plan(cascade: Cascade) -> Plan:
+    """The cascade as a named plan for the estimator (its P(correct), $ and seconds are fitted like any plan's);
+    `calls` lists every call it can make, and what it plays is `choose`'s, not `Plan.texts`."""
+    calls = tuple(("consult", t) for t in cascade.consult) + (("answer", cascade.final),)
+    return Plan(cascade.name, calls)
+
+
+def answer_codes(answers: Sequence[Sequence[str | None]]) -> np.ndarray:
+    """[tasks, tiers] integers: within a task, tiers whose answers agree share a code >= 0; no answer is -1."""
+    out = np.full((len(answers), len(answers[0]) if answers else 0), -1, dtype=np.int64)
+    for i, row in enumerate(answers):
+        seen: dict[str, int] = {}
+        for j, a in enumerate(row):
+            f = fold(a)
+            if f is not None:
+                out[i, j] = seen.setdefault(f, len(seen))
+    return out
+
+
+def evaluate(cascade: Cascade, col: dict[str, int], codes: np.ndarray, correct: np.ndarray, cost: np.ndarray,
+             latency: np.ndarray) -> dict[str, np.ndarray]:
+    """Per task (rows of the [tasks, tiers] arrays; `col`: tier -> column) what the cascade does: correct, $,
+    seconds, escalated (it called `final`) and agreed (the first two answers agreed; no-answer cascades: whether
+    the first tier answered). `play` on one task gives the same."""
+    k = [col[t] for t in cascade.consult]
+    f = col[cascade.final]
+    a = codes[:, k[0]]
+    if cascade.kind == "no_answer":
+        ok = a >= 0
+        ends, spent = np.where(ok, k[0], f), cost[:, k[0]] + np.where(ok, 0.0, cost[:, f])
+        took = latency[:, k[0]] + np.where(ok, 0.0, latency[:, f])
+        agreed = ok
+    else:
+        b = codes[:, k[1]]
+        agreed = (a >= 0) & (a == b)
+        spent = cost[:, k[0]] + cost[:, k[1]]
+        took = latency[:, k[0]] + latency[:, k[1]]
+        if cascade.kind == "pair":
+            ends = np.where(agreed, k[0], f)
+            ok = agreed
+        else:
+            c = codes[:, k[2]]
+            third = ~agreed
+            backs = third & (c >= 0) & ((c == a) | (c == b))
+            spent = spent + np.where(third, cost[:, k[2]], 0.0)
+            took = took + np.where(third, latency[:, k[2]], 0.0)
+            ends = np.where(agreed, k[0], np.where(backs, k[2], f))
+            ok = agreed | backs
+        spent = spent + np.where(ok, 0.0, cost[:, f])
+        took = took + np.where(ok, 0.0, latency[:, f])
+    rows = np.arange(len(codes))
+    return {"correct": correct[rows, ends].astype(float), "cost": spent, "latency": took, "escalated": ~ok,
+            "agreed": agreed}
