@@ -1,4 +1,4 @@
-"""`python -m cluster.routing_log LOG --out DIR [...]`: a routing log -> tasks, a replay zoo and presets, one command.
+"""`python -m cluster.routing_log LOG... --out DIR [...]`: a routing log -> tasks, a replay zoo and presets, one command.
 
 Reads and checks the log (layouts, fields and errors: orchestra/data/routing_log.py), prices every model, judges
 the models of a log that gives only gold answers, and writes DIR/{tasks.jsonl, replay/, zoo.yaml,
@@ -18,7 +18,11 @@ Layouts are found from the columns (long, `<model>|<field>`, RouteLLM's `<model>
 true/false verdict columns); `--models A,B` names the model columns where they can't be found. `--family-column NAME`
 (else a column named category, family, subject or domain) is the task family: per-family reports, and the routers'
 family feature (router.meta_keys) when there are two or more families. `--exclude FILE` drops the questions whose
-id or prompt it lists (read_exclusions below), e.g. contaminated prompts.
+id or prompt it lists (read_exclusions below), e.g. contaminated prompts. LOG may be several files or a folder of
+them (per-subject files: without a family column, each file's name is its family; orchestra/data/log_files.py).
+Repeated questions (the same id, else the same prompt text): a model's records with one verdict are merged; records
+that disagree are settled by `--duplicates majority|first|error` (default majority, ties keep the first record;
+orchestra/data/log_repeats.py says why), and the counts are printed.
 Bad input exits 2 with one line naming the file, the row and the field, and writes nothing.
 """
 
@@ -34,14 +38,9 @@ from typing import Any
 
 import yaml
 
-from orchestra.data.routing_log import (
-    RoutingLog,
-    RoutingLogError,
-    expert_key,
-    read_log,
-    read_rows,
-    write_outputs,
-)
+from orchestra.data.log_outputs import expert_key, write_outputs
+from orchestra.data.log_repeats import DEFAULT_DUPLICATES, DUPLICATE_RULES
+from orchestra.data.routing_log import Judge, RoutingLog, RoutingLogError, read_log, read_rows
 from orchestra.preferences import COST_ORDER
 
 JUDGES = ("exact", "f1", "math", "choice")
@@ -90,19 +89,18 @@ def prices(log: RoutingLog, explicit: dict[str, str], priced_as: dict[str, str])
     return out
 
 
-def judge_missing(log: RoutingLog, judge_name: str) -> int:
-    """Fill in the verdicts a log left blank by judging each model's answer against the gold answer."""
+def judge_with(judge_name: str) -> Judge:
+    """read_log's judge: each (model's answer, gold answer, prompt) scored by reward/judges' `judge_name`, for the
+    verdicts a log leaves blank (repeated records included: they are compared by verdict)."""
     from reward.judges import judge
 
-    todo = [(q, c) for q in log.questions for c in q.calls.values() if c.score is None]
+    def run(items: list[tuple[str, str, str]]) -> list[float]:
+        async def all_of() -> list[Any]:
+            return await asyncio.gather(*(judge(judge_name, answer, gold, prompt) for answer, gold, prompt in items))
 
-    async def run() -> list[Any]:
-        return await asyncio.gather(*(judge(judge_name, c.model_answer or c.response or "", q.answer or "",
-                                            q.prompt) for q, c in todo))
+        return [float(v.correct) for v in asyncio.run(all_of())]
 
-    for (_q, call), verdict in zip(todo, asyncio.run(run()) if todo else [], strict=True):
-        call.score = float(verdict.correct)
-    return len(todo)
+    return run
 
 
 def per_question_cost(log: RoutingLog, m: str, price: tuple[float, float]) -> float:
@@ -224,7 +222,8 @@ def read_exclusions(path: str, column: str = "", columns: dict[str, str] | None 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m cluster.routing_log", description=__doc__.splitlines()[0])
-    p.add_argument("log", help="routing log: .csv, .tsv, .jsonl, .json or .parquet (long, wide or by-model layout)")
+    p.add_argument("log", nargs="+", help="routing log: .csv, .tsv, .jsonl, .json or .parquet files (long, wide or "
+                   "by-model layout), or folders of them (e.g. one file per subject: the file name is the family)")
     p.add_argument("--out", required=True, help="output directory (replaced only with --force)")
     p.add_argument("--name", default="", help="experiment and zoo name (default: the output directory's name)")
     p.add_argument("--columns", default="", help="field=column pairs, e.g. prompt=question,answer=gold")
@@ -240,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--judge", default="exact", choices=JUDGES, help="for models with no recorded 'correct'")
     p.add_argument("--heldout", type=int, default=-1, help="held-out questions (default: a fifth)")
     p.add_argument("--drop-incomplete", action="store_true", help="skip questions some model did not answer")
+    p.add_argument("--duplicates", default=DEFAULT_DUPLICATES, choices=DUPLICATE_RULES,
+                   help="a model recorded right and wrong on one repeated question: keep the majority verdict (ties: "
+                        "the first record), the first record, or stop (default: %(default)s; one verdict: merged)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     args = p.parse_args(argv)
     try:
@@ -253,10 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         for f in args.exclude:
             exclude |= read_exclusions(f, args.exclude_column, columns)
         models = [m.strip() for m in args.models.split(",") if m.strip()]
-        log = read_log(args.log, columns, drop_incomplete=args.drop_incomplete, models=models, exclude=exclude)
+        log = read_log(args.log, columns, drop_incomplete=args.drop_incomplete, models=models, exclude=exclude,
+                       duplicates=args.duplicates, judge=judge_with(args.judge))
         priced = prices(log, _pairs(args.price, "--price"), _pairs(args.priced_as, "--priced-as"))
         latency = _pairs(args.latency, "--latency")
-        judged = judge_missing(log, args.judge)
         n = len(log.questions)
         heldout = n // 5 if args.heldout < 0 else args.heldout
         if not 0 <= heldout < n:
@@ -270,21 +272,27 @@ def main(argv: list[str] | None = None) -> int:
     except RoutingLogError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    _summary(log, args, out, name, n, heldout, judged, priced, cost, len(exclude))
+    _summary(log, args, out, name, n, heldout, priced, cost, len(exclude))
     return 0
 
 
-def _summary(log: RoutingLog, args: argparse.Namespace, out: Path, name: str, n: int, heldout: int, judged: int,
+def _summary(log: RoutingLog, args: argparse.Namespace, out: Path, name: str, n: int, heldout: int,
              priced: dict[str, dict[str, Any]], cost: dict[str, float], n_listed: int) -> None:
+    if log.files > 1:
+        skipped = f"; not logs, skipped: {', '.join(log.skipped_files)}" if log.skipped_files else ""
+        print(f"read {log.files} files ({log.path}){skipped}")
     print(f"{n} questions x {len(log.models)} models ({log.dropped} dropped: not answered by every model; "
-          f"{judged} verdicts judged by `{args.judge}` against the gold answer)")
+          f"{log.judged} verdicts judged by `{args.judge}` against the gold answer)")
+    if log.repeats:
+        print(log.repeats.summary())
     print(f"layout: {log.layout} ({LAYOUTS.get(log.layout, 'mixed')}); models: {', '.join(log.models)}")
     if args.exclude:
         print(f"excluded {log.excluded} rows: --exclude {' '.join(args.exclude)} lists {n_listed} ids/prompts, "
               f"{n_listed - log.exclude_matched} of them matching no row")
     fams = families(log)
-    if log.family_column:
-        print(f"task families from column {log.family_column!r}: {len(fams)} ("
+    if log.family_column or log.family_from_files:
+        src = f"column {log.family_column!r}" if log.family_column else "file names"
+        print(f"task families from {src}: {len(fams)} ("
               f"{', '.join(f'{k} {v}' for k, v in sorted(fams.items())[:8])}{', ...' if len(fams) > 8 else ''})")
     calls = [c for q in log.questions for c in q.calls.values()]
     absent = sum(c.response is None for c in calls)

@@ -1,4 +1,4 @@
-"""Routing logs -> a task set and a replay zoo: read and check a log, then write the project's own formats.
+"""Routing logs -> questions with each model's recorded answer: read and check a log's layouts and fields.
 
 A routing log records what several models answered to the same questions. Three layouts are read, from CSV, JSONL,
 a JSON list or parquet (found from the columns; `models=[...]` names the model columns where they can't be found):
@@ -18,40 +18,35 @@ Fields (input column names can be mapped, `columns={"prompt": "question"}`):
               response needs its `correct` (a verdicts-only log: the replay expert answers with a marker text)
 `read_log(path, columns, ...)` checks all of it and raises RoutingLogError (one line: the file, the row, the field);
 `exclude` drops the questions whose id or prompt it lists (counted in `log.excluded`).
-`write_outputs(...)` writes, into a temporary directory renamed into place (nothing partial is ever left):
-  tasks.jsonl            Task rows (orchestra/data/tasks.py); task id = question id = the replay key
-  replay/<expert>.jsonl  RouterArena's cached-results rows, the recorded-outputs format tools/experts/replay.py
-                         reads: tokens and $ as recorded, correct iff score >= 0.5, a null answer where none was
-  zoo.yaml, experiment.yaml  presets that work from anywhere (`experiment=<dir>/experiment.yaml`, paths absolute)
-Prices, and the verdicts of logs that give only a gold answer, are the CLI's (cluster/routing_log.py): they need
-tools/pricing and reward/judges, which the core does not import.
+A log may come as several files or a folder of them (log_files.py: the file name is the family where no column
+gives one); a model's repeated records of one question are merged or settled by a rule (log_repeats.py).
+Writing the project's formats is log_outputs.py's.
+Prices are the CLI's (cluster/routing_log.py), and so is the judge that gives the verdicts a log leaves blank
+(passed in as `judge`): they need tools/pricing and reward/judges, which the core does not import.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import json
 import math
-import os
-import re
-import shutil
-import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestra.jsonl import JSONLError, iter_jsonl, write_jsonl
-from orchestra.types import Task
+from orchestra.data.log_files import RoutingLogError, Row, read_rows, read_sources
+from orchestra.data.log_repeats import DEFAULT_DUPLICATES, DUPLICATE_RULES, Repeats, settle
+
+__all__ = ["Call", "Judge", "Question", "RoutingLog", "RoutingLogError", "read_log", "read_rows"]
+# (RoutingLogError and read_rows are log_files.py's, re-exported: the reading API is imported from here)
+
+# judge: [(the model's answer, the gold answer, the prompt)] -> a score in [0, 1] each (the CLI's, via reward/judges)
+Judge = Callable[[list[tuple[str, str, str]]], list[float]]
 
 QUESTION_FIELDS = ("id", "prompt", "answer", "category")
 CALL_FIELDS = ("response", "correct", "model_answer", "tokens_in", "tokens_out", "cost_usd", "latency_s")
 FAMILY_COLUMNS = ("category", "family", "subject", "domain")  # found as the task family when none is named
 _TRUE, _FALSE = {"true", "yes", "y", "right", "correct"}, {"false", "no", "n", "wrong", "incorrect"}
-
-
-class RoutingLogError(ValueError):
-    """Bad input: the message names the file, the row and the field."""
 
 
 @dataclass
@@ -75,12 +70,13 @@ class Question:
     answer: str | None
     category: str | None
     where: str
-    calls: dict[str, Call] = field(default_factory=dict)  # model -> its answer
+    calls: dict[str, Call] = field(default_factory=dict)  # model -> its answer (the kept one, once settled)
+    repeats: dict[str, list[Call]] = field(default_factory=dict)  # model -> its later records, until settled
 
 
 @dataclass
 class RoutingLog:
-    path: str
+    path: str  # the file, or the files and folders as given, space-separated
     questions: list[Question]
     models: list[str]
     dropped: int = 0  # questions left out because some model did not answer them (read_log's drop_incomplete)
@@ -88,52 +84,17 @@ class RoutingLog:
     exclude_matched: int = 0  # the entries of `exclude` that matched some row
     layout: str = ""  # "long", "wide" or "by model" (module docstring)
     family_column: str | None = None  # the column read as the task family, if any
+    family_from_files: bool = False  # no family column and several files: each file's name is its rows' family
+    files: int = 1  # files read
+    skipped_files: list[str] = field(default_factory=list)  # non-log files in a given folder, not read
+    judged: int = 0  # verdicts the judge gave (records without `correct`, repeats included)
+    repeats: Repeats = field(default_factory=Repeats)
 
     def fail(self, where: str, msg: str) -> RoutingLogError:
         return RoutingLogError(f"routing log {self.path}: {where}: {msg}")
 
 
 # ---------------------------------------------------------------- reading
-def read_rows(path: Path, what: str = "routing log") -> list[tuple[str, dict[str, Any]]]:
-    """(where, row) pairs; `where` is `row N` (1 = the first data row), with the line for text files."""
-    if not path.is_file():
-        raise RoutingLogError(f"{what} {path}: no such file")
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".tsv"):
-        with path.open(newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
-            out, n = [], 0
-            for row in reader:
-                n += 1
-                if None in row:
-                    raise RoutingLogError(f"{what} {path}: row {n} (line {reader.line_num}): more cells than "
-                                          f"the header's {len(reader.fieldnames or [])} columns")
-                out.append((f"row {n} (line {reader.line_num})", row))
-            return out
-    if suffix == ".jsonl":
-        out = []
-        try:
-            for n, row in iter_jsonl(path):
-                out.append((f"row {len(out) + 1} (line {n})", row))
-        except JSONLError as e:
-            raise RoutingLogError(f"{what} {path}: row {len(out) + 1} (line {e.lineno}): malformed JSON: "
-                                  f"{e.msg} at column {e.colno}") from None
-        return out
-    if suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise RoutingLogError(f"{what} {path}: malformed JSON: {e.msg} at line {e.lineno}") from None
-        if not isinstance(data, list):
-            raise RoutingLogError(f"{what} {path}: expected a JSON list of rows")
-        return [(f"row {n}", r) for n, r in enumerate(data, 1)]
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return [(f"row {n}", r) for n, r in enumerate(pq.read_table(path).to_pylist(), 1)]
-    raise RoutingLogError(f"{what} {path}: unknown format {suffix!r} (use .csv, .tsv, .jsonl, .json, .parquet)")
-
-
 def _blank(v: Any) -> bool:
     return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, float) and math.isnan(v))
 
@@ -223,17 +184,24 @@ def _wide_columns(log: RoutingLog, rows: list[tuple[str, Any]], name: dict[str, 
     return out
 
 
-def read_log(path: str | Path, columns: dict[str, str] | None = None, drop_incomplete: bool = False,
-             models: list[str] | None = None, exclude: set[str] | frozenset[str] = frozenset()) -> RoutingLog:
-    """Read and check a routing log (module docstring); `columns` maps our field names to the file's, `models`
-    names the model columns of a wide log. A question some model did not answer is an error, or with
-    `drop_incomplete` left out (counted in `log.dropped`); one whose id or prompt is in `exclude` is left out."""
-    path = Path(path)
-    rows = read_rows(path)
+def read_log(path: str | Path | Sequence[str | Path], columns: dict[str, str] | None = None,
+             drop_incomplete: bool = False, models: list[str] | None = None,
+             exclude: set[str] | frozenset[str] = frozenset(), duplicates: str = DEFAULT_DUPLICATES,
+             judge: Judge | None = None) -> RoutingLog:
+    """Read and check a routing log (module docstring); `path` is a file, a folder of them or a list of both
+    (log_files.py); `columns` maps our field names to the file's, `models` names the model columns of a wide log. A
+    question some model did not answer is an error, or with `drop_incomplete` left out (counted in `log.dropped`);
+    one whose id or prompt is in `exclude` is left out. `judge` gives the verdicts the log leaves blank (without it
+    they stay None for the caller); then a model's repeated records of one question are settled by `duplicates`
+    (log_repeats.py; counted in `log.repeats`)."""
+    if duplicates not in DUPLICATE_RULES:
+        raise RoutingLogError(f"duplicates {duplicates!r}: expected one of {', '.join(DUPLICATE_RULES)}")
+    src = read_sources([path] if isinstance(path, (str, Path)) else path)
+    rows = [(r.where, r.data) for r in src.rows]
     name = dict(columns or {})
     if not rows:
-        raise RoutingLogError(f"routing log {path}: no rows")
-    log = RoutingLog(str(path), [], [])
+        raise RoutingLogError(f"routing log {src.label}: no rows")
+    log = RoutingLog(src.label, [], [], files=len(src.files), skipped_files=src.skipped)
     first = rows[0][1]
     if not isinstance(first, dict):
         raise log.fail(rows[0][0], "expected an object with named fields")
@@ -245,19 +213,21 @@ def read_log(path: str | Path, columns: dict[str, str] | None = None, drop_incom
     else:
         log.family_column = next((c for c in FAMILY_COLUMNS if c in keys), None)
         name["category"] = log.family_column or "category"
+        log.family_from_files = log.family_column is None and len(src.files) > 1
     wide = None if name.get("model", "model") in first else _wide_columns(log, rows, name, models)
     log.layout = log.layout or "long"
     by_id: dict[str, Question] = {}
+    two_families: set[str] = set()  # ids of questions whose rows name different families
     matched: set[str] = set()
-    for where, row in rows:
+    for row in src.rows:
         try:
-            if hit := _excluded(row, name, exclude):
+            if hit := _excluded(row.data, name, exclude):
                 log.excluded += 1
                 matched |= hit
                 continue
-            _add_row(log, by_id, row, where, name, wide)
+            _add_row(log, by_id, two_families, row, name, wide)
         except RoutingLogError as e:
-            raise log.fail(where, str(e)) from None
+            raise log.fail(row.where, str(e)) from None
     log.exclude_matched = len(matched)
     log.questions = [q for q in by_id.values() if len(q.calls) == len(log.models)]
     log.dropped = len(by_id) - len(log.questions)
@@ -271,7 +241,62 @@ def read_log(path: str | Path, columns: dict[str, str] | None = None, drop_incom
             f" ({log.excluded} rows excluded)" if log.excluded else ""))
     if len(log.models) < 2:
         raise log.fail("header", f"only {len(log.models)} model(s) ({', '.join(log.models)}): routing needs two")
+    _judge(log, judge)
+    log.repeats = _settle(log, duplicates)
+    log.repeats.families = sum(q.id in two_families for q in log.questions)
     return log
+
+
+def _judge(log: RoutingLog, judge: Judge | None) -> None:
+    """Fill in the verdicts the log left blank, repeated records included (they are compared by verdict)."""
+    todo = [(q, c) for q in log.questions for m in q.calls for c in (q.calls[m], *q.repeats.get(m, ()))
+            if c.score is None]
+    if not todo:
+        return
+    if judge is None:
+        repeated = next((c for q in log.questions for m, cs in q.repeats.items() for c in (q.calls[m], *cs)
+                         if c.score is None), None)
+        if repeated is not None:
+            raise log.fail(repeated.where, "a repeated answer without 'correct' needs a judge to compare its "
+                           "verdict with the other records' (read_log's `judge`)")
+        return
+    scores = judge([(c.model_answer or c.response or "", q.answer or "", q.prompt) for q, c in todo])
+    for (_q, call), score in zip(todo, scores, strict=True):
+        call.score = float(score)
+    log.judged = len(todo)
+
+
+def _settle(log: RoutingLog, rule: str) -> Repeats:
+    """Keep one record per (question, model) by `rule` (log_repeats.py) and count what was merged or overruled."""
+    out = Repeats(rule=rule)
+    prompts: dict[str, int] = {}
+    for q in log.questions:
+        prompts[q.prompt] = prompts.get(q.prompt, 0) + 1
+        if not q.repeats:
+            continue
+        out.questions += 1
+        for m, later in q.repeats.items():
+            records = [q.calls[m], *later]
+            verdicts = [c.score >= 0.5 for c in records if c.score is not None]
+            if len(verdicts) < len(records):
+                raise log.fail(records[0].where, f"model {m!r} has no verdict on question {q.id!r} to compare")
+            if len(set(verdicts)) == 1:
+                out.merged += 1
+                continue
+            out.conflicts += 1
+            if rule == "error":
+                k = verdicts.index(not verdicts[0])
+                word = {True: "right", False: "wrong"}
+                raise log.fail(records[k].where, f"model {m!r} is recorded {word[verdicts[k]]} on question {q.id!r} "
+                               f"here and {word[verdicts[0]]} at {records[0].where} (--duplicates error; `majority` "
+                               "keeps the verdict most records give, `first` the first record)")
+            keep, tie = settle(verdicts, rule)
+            out.ties += tie
+            out.overruled += sum(v != verdicts[keep] for v in verdicts)
+            q.calls[m] = records[keep]
+        q.repeats = {}
+    out.shared_prompts = sum(n > 1 for n in prompts.values())  # by_id is keyed by id: a shared prompt has two ids
+    return out
 
 
 def _question_key(row: dict[str, Any], col: dict[str, str]) -> tuple[str, str]:
@@ -292,14 +317,16 @@ def _excluded(row: Any, name: dict[str, str], exclude: set[str] | frozenset[str]
     return {qid, prompt, prompt.strip()} & exclude
 
 
-def _add_row(log: RoutingLog, by_id: dict[str, Question], row: Any, where: str, name: dict[str, str],
+def _add_row(log: RoutingLog, by_id: dict[str, Question], two_families: set[str], src: Row, name: dict[str, str],
              wide: dict[str, dict[str, str]] | None) -> None:
+    row, where = src.data, src.where
     if not isinstance(row, dict):
         raise RoutingLogError(f"expected an object with named fields, got {str(row)[:40]!r}")
     col = {f: name.get(f, f) for f in QUESTION_FIELDS + ("model",)}
     qid, prompt = _question_key(row, col)
     gold = None if _blank(row.get(col["answer"])) else str(row[col["answer"]]).strip()
-    category = None if _blank(row.get(col["category"])) else str(row[col["category"]])
+    category = (src.stem if log.family_from_files else
+                None if _blank(row.get(col["category"])) else str(row[col["category"]]))
     q = by_id.get(qid)
     if q is None:
         q = by_id[qid] = Question(qid, prompt, gold, category, where)
@@ -307,6 +334,8 @@ def _add_row(log: RoutingLog, by_id: dict[str, Question], row: Any, where: str, 
         what = "prompt" if q.prompt != prompt else "answer"
         raise RoutingLogError(f"field {col[what]!r}: question id {qid!r} was given another {what} at "
                               f"{q.where} (ids must name one question)")
+    elif q.category != category:
+        two_families.add(qid)  # the same item filed under two subjects: it keeps its first family, counted
     if wide is not None:
         calls = {}
         for m, fields in wide.items():
@@ -320,66 +349,12 @@ def _add_row(log: RoutingLog, by_id: dict[str, Question], row: Any, where: str, 
             raise RoutingLogError(f"field {col['model']!r} is missing or empty")
         calls = {str(model).strip(): _call(lambda f: (row.get(name.get(f, f)), name.get(f, f)), where)}
     for m, call in calls.items():
-        if m in q.calls:
-            raise RoutingLogError(f"field {col['model']!r}: model {m!r} answered question {qid!r} already at "
-                                  f"{q.calls[m].where}")
         if call.score is None and q.answer is None:
             raise RoutingLogError(f"field {col['answer']!r} is empty and model {m!r} has no 'correct': "
                                   "give the gold answer or each model's correctness")
+        if m in q.calls:
+            q.repeats.setdefault(m, []).append(call)  # settled once every verdict is known (_settle)
+            continue
         q.calls[m] = call
         if m not in log.models:
             log.models.append(m)
-
-
-# ---------------------------------------------------------------- writing
-def expert_key(model: str) -> str:
-    """A model name as a zoo expert key and a file name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", model).strip("_") or "model"
-
-
-def replay_row(q: Question, call: Call) -> dict[str, Any]:
-    """RouterArena's cached-results shape (tools/experts/replay.py `_router_arena`)."""
-    row: dict[str, Any] = {"global_index": q.id, "question": q.prompt, "generated_answer": call.response,
-                           "evaluation_result": {"extracted_answer": call.model_answer, "ground_truth": q.answer,
-                                                 "score": call.score, "inference_cost": call.cost_usd}}
-    if call.tokens_in is not None and call.tokens_out is not None:
-        row["token_usage"] = {"input_tokens": call.tokens_in, "output_tokens": call.tokens_out,
-                              "total_tokens": call.tokens_in + call.tokens_out}
-    return row
-
-
-def task_of(q: Question, name: str) -> Task:
-    meta: dict[str, Any] = {"question_id": q.id}
-    if q.category:
-        meta["family"] = q.category
-    return Task(id=q.id, problem=q.prompt, answer=q.answer or "", category="qa", data_source=f"routing_log/{name}",
-                tools=["answer"], meta=meta)
-
-
-def write_outputs(log: RoutingLog, out: str | Path, files: dict[str, str], force: bool = False) -> Path:
-    """Write tasks.jsonl, replay/<expert>.jsonl and the presets (`files`: name -> YAML text, written as is) into a
-    temporary directory beside `out`, then rename it to `out` (an existing `out` is replaced only with `force`)."""
-    out = Path(out).resolve()
-    if out.exists() and not force:
-        raise RoutingLogError(f"output directory {out} exists (pass --force to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        (tmp / "replay").mkdir()
-        name = out.name
-        write_jsonl(tmp / "tasks.jsonl", (task_of(q, name).to_dict() for q in log.questions))
-        for m in log.models:
-            write_jsonl(tmp / "replay" / f"{expert_key(m)}.jsonl", (replay_row(q, q.calls[m]) for q in log.questions))
-        for fname, text in files.items():
-            (tmp / fname).write_text(text, encoding="utf-8")
-        old = None
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / "d")
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out

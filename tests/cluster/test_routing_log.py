@@ -20,13 +20,16 @@ from tools.registry import build_experts
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "routing_log.csv"
 
 
-def _convert(log: Path, out: Path, *extra: str) -> tuple[int, str, str]:
+def _convert(*logs_out_extra: Path | str) -> tuple[int, str, str]:
+    """main(LOG... --out OUT EXTRA...): the paths up to the first str are the logs, then the output directory."""
     import contextlib
     import io
 
+    n = next((i for i, a in enumerate(logs_out_extra) if isinstance(a, str)), len(logs_out_extra))
+    *logs, out = logs_out_extra[:n]
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        rc = main([str(log), "--out", str(out), *extra])
+        rc = main([*map(str, logs), "--out", str(out), *logs_out_extra[n:]])
     return rc, stdout.getvalue(), stderr.getvalue()
 
 
@@ -336,3 +339,120 @@ def test_next_steps_evaluate_every_preset_and_messages_name_commands_that_exist(
 
     with pytest.raises(FileNotFoundError, match="sft.teacher=expected_value"):
         RouteEstimator.load(tmp_path)
+
+
+# ---------------------------------------------------------------- logs as they come: per-subject files, repeats
+MIXTRAL_HF, GPT4 = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
+# RouteLLM's MMLU responses: one file per subject, a multi-line prompt, one True/False column per model. S1 and S2
+# are filed under two and three subjects, S3 is resampled inside one file (all made up here).
+SUBJECTS = {  # file stem -> [(question, mixtral's verdict, gpt-4's verdict)]
+    "mmlu_anatomy": [("A1", "True", "True"), ("A2", "False", "True"), ("A3", "True", "True"), ("A4", "False", "False"),
+                     ("S1", "True", "True"), ("S2", "True", "True")],
+    "mmlu_clinical_knowledge": [("C1", "True", "True"), ("S1", "True", "True"), ("C2", "False", "True"),
+                                ("S2", "False", "True"), ("C3", "True", "False")],
+    "mmlu_college_medicine": [("M1", "False", "True"), ("S2", "False", "True"), ("S3", "False", "True"),
+                              ("M2", "True", "True"), ("S3", "False", "False")],
+}
+
+
+def _mmlu_prompt(q: str) -> str:
+    return f"Which structure is meant by item {q}?\nA. the first\nB. the second\nC. the third\nD. the fourth\nAnswer:"
+
+
+def _subject_csv(rows: list[tuple[str, str, str]], header: bool = True) -> str:
+    head = f"prompt,{MIXTRAL_HF},{GPT4}\n" if header else ""
+    return head + "".join(f'"{_mmlu_prompt(q)}",{a},{b}\n' for q, a, b in rows)
+
+
+def _subject_files(folder: Path) -> list[Path]:
+    folder.mkdir()
+    for stem, rows in SUBJECTS.items():
+        (folder / f"{stem}.csv").write_text(_subject_csv(rows))
+    (folder / "README.md").write_text("RouteLLM MMLU responses\n")  # not a log: listed as skipped, never read
+    return sorted(folder.glob("*.csv"))
+
+
+def _by_question(out: Path) -> dict[str, dict]:
+    """First line of each task's prompt (A1, S2, ...) -> {family, mixtral, gpt4}: the converted verdicts."""
+    tasks = [json.loads(x) for x in (out / "tasks.jsonl").read_text().splitlines()]
+    scores = {m: {r["global_index"]: r["evaluation_result"]["score"] for r in _replay(out, m)}
+              for m in ("mistralai_Mixtral-8x7B-Instruct-v0.1", GPT4)}
+    return {t["problem"].split("item ")[1].split("?")[0]: {
+        "family": t["meta"].get("family"), "mixtral": scores["mistralai_Mixtral-8x7B-Instruct-v0.1"][t["id"]],
+        "gpt4": scores[GPT4][t["id"]]} for t in tasks}
+
+
+PRICED = ("--price", f"{MIXTRAL_HF}=0.6,0.6", "--heldout", "2")
+
+
+def test_per_subject_files_as_a_folder_or_paths_repeats_merged_and_counted(tmp_path):
+    """A folder of RouteLLM-style per-subject files imports in one command: each file's name is its family, a
+    question met in several files is one task, repeats with one verdict are merged and conflicts settled by majority
+    (the default), all counted; the same files as several paths give the same tasks."""
+    files = _subject_files(tmp_path / "mmlu")
+    rc, out, err = _convert(tmp_path / "mmlu", tmp_path / "dir", *PRICED)
+    assert rc == 0, err
+    assert f"read 3 files ({tmp_path / 'mmlu'}); not logs, skipped: {tmp_path / 'mmlu' / 'README.md'}" in out
+    assert "12 questions x 2 models" in out
+    # S1 x 2 models, S2's gpt-4 and S3's mixtral agree; S2's mixtral votes wrong 2-1; S3's gpt-4 ties 1-1
+    assert ("repeats: 3 questions met more than once; 4 repeated answers (question x model) gave the same verdict "
+            "each time: merged; 2 gave conflicting verdicts: settled by --duplicates majority (1 by vote, 1 ties: the "
+            "first record kept), 2 records overruled; 2 filed under two families: each keeps its first") in out
+    assert ("task families from file names: 3 (mmlu_anatomy 6, mmlu_clinical_knowledge 3, mmlu_college_medicine 3)"
+            in out)
+    got = _by_question(tmp_path / "dir")
+    assert got["S2"] == {"family": "mmlu_anatomy", "mixtral": 0.0, "gpt4": 1.0}  # the majority's record
+    assert got["S3"] == {"family": "mmlu_college_medicine", "mixtral": 0.0, "gpt4": 1.0}  # a tie: the first record
+    assert got["C3"] == {"family": "mmlu_clinical_knowledge", "mixtral": 1.0, "gpt4": 0.0}
+    cfg = load_config([f"experiment={tmp_path / 'dir' / 'experiment.yaml'}"])
+    assert cfg.router.meta_keys == ["family"]  # three families: the routers' family feature
+
+    rc, out_paths, err = _convert(files[0], files[1], files[2], tmp_path / "paths", *PRICED)
+    assert rc == 0, err
+    assert "read 3 files" in out_paths and "skipped" not in out_paths and "repeats: 3 questions" in out_paths
+    assert (tmp_path / "paths" / "tasks.jsonl").read_text().replace("routing_log/paths", "routing_log/dir") == \
+        (tmp_path / "dir" / "tasks.jsonl").read_text()
+    head = (tmp_path / "paths" / "zoo.yaml").read_text().splitlines()[0]
+    assert head == f"# Written by `python -m cluster.routing_log {' '.join(map(str, files))}`; rerun it rather than " \
+                   "edit by hand."
+
+
+def test_a_concatenated_log_with_repeats_imports_in_one_command_under_each_rule(tmp_path):
+    """The reported log: per-subject files concatenated into one (no subject column). It used to stop at the first
+    repeat; now each --duplicates rule settles the two conflicts its way, and `error` names both rows."""
+    log = tmp_path / "mmlu_all.csv"
+    log.write_text(_subject_csv([r for rows in SUBJECTS.values() for r in rows]))
+    rc, out, err = _convert(log, tmp_path / "majority", *PRICED)
+    assert rc == 0, err
+    assert "12 questions x 2 models" in out and "task families" not in out
+    assert "4 repeated answers (question x model) gave the same verdict each time: merged; 2 gave conflicting " \
+           "verdicts: settled by --duplicates majority (1 by vote, 1 ties: the first record kept)" in out
+    assert "families" not in out.split("repeats:")[1].splitlines()[0]  # no family column, no file names: none
+    majority = _by_question(tmp_path / "majority")
+    assert (majority["S2"]["mixtral"], majority["S3"]["gpt4"]) == (0.0, 1.0)
+
+    rc, out, err = _convert(log, tmp_path / "first", *PRICED, "--duplicates", "first")
+    assert rc == 0, err
+    assert "2 gave conflicting verdicts: settled by --duplicates first, 3 records overruled" in out
+    first = _by_question(tmp_path / "first")
+    assert (first["S2"]["mixtral"], first["S3"]["gpt4"]) == (1.0, 1.0)  # anatomy's S2, the first S3
+    assert {k: v for k, v in first.items() if k != "S2"} == {k: v for k, v in majority.items() if k != "S2"}
+
+    rc, out, err = _convert(log, tmp_path / "error", *PRICED, "--duplicates", "error")
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    # S2's second record (the clinical file's, row 10) says wrong where its first (row 6) said right
+    assert (f"error: routing log {log}: row 10 (line 61): model '{MIXTRAL_HF}' is recorded wrong on question "
+            f"'q" in err and "here and right at row 6 (line 37) (--duplicates error;" in err)
+    assert not (tmp_path / "error").exists()
+
+
+def test_folder_and_path_mistakes_are_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("x")
+    (tmp_path / "a.csv").write_text(_subject_csv(SUBJECTS["mmlu_anatomy"]))
+    for args, needles in [((tmp_path / "empty",), ["routing log folder", "no .csv, .tsv"]),
+                          ((tmp_path / "nope",), ["nope: no such file or folder"]),
+                          ((tmp_path / "a.csv", tmp_path), [f"{tmp_path / 'a.csv'}: given twice"])]:
+        rc, out, err = _convert(*args, tmp_path / "out", *PRICED)
+        assert rc == 2 and out == "" and err.count("\n") == 1, err
+        assert all(n in err for n in needles), (needles, err)

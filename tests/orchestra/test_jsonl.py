@@ -136,7 +136,8 @@ def test_corpus_passages_and_retrieval_questions_round_trip(t):
 @SETTINGS
 @given(t=texts())
 def test_routing_log_rows_round_trip(t):
-    from orchestra.data.routing_log import read_log, write_outputs
+    from orchestra.data.log_outputs import write_outputs
+    from orchestra.data.routing_log import read_log
     from orchestra.data.tasks import load_tasks
     from tools.experts.replay import load_replay
 
