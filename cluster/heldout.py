@@ -31,6 +31,7 @@ from typing import Any
 from actors.rollout_worker import EpisodeResult
 from orchestra.eval.adherence import PREFIX, check_unseen, sweep_points, sweep_preferences
 from orchestra.eval.adherence import adherence as adherence_of
+from orchestra.eval.escalation import escalation
 from orchestra.preferences import COST_ORDER, paired_preferences, parse_pairs, preset
 from orchestra.routing.hints import suggestion
 from orchestra.rundir.records import episode_seed, score_kwargs
@@ -221,7 +222,8 @@ def _summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Tas
             "cost_usd": mean(s.cost_usd for s in scored), "latency_s": mean(s.latency_s for s in scored),
             "format_ok": mean(float(all(t.format_ok for t in tr.turns)) for tr in trajs),
             "answered": mean(float(tr.termination == "answered") for tr in trajs),
-            "tool_mix": {k: v / len(scored) for k, v in sorted(mix.items())}, "episodes": len(scored)}
+            "tool_mix": {k: v / len(scored) for k, v in sorted(mix.items())}, "episodes": len(scored),
+            **escalation(trajs)}  # with consult / submit: P(escalate | disagree), P(escalate | agree)
 
 
 def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, tokenizer: Any) -> dict[str, Any]:

@@ -12,6 +12,9 @@ becomes the warm-started policy (so KL anchors RL to it). Where the demonstratio
   and saved in `<run_dir>/router/` (a policy of its own for evaluation and serving), and each (explored training
   task, preference vector) is demonstrated with the plan a cross-fitted estimator rates best in expectation,
   under each of `sft.vectors` (plus `sft.vectors_sampled` sampled vectors per task).
+- `cascade`: every task demonstrates `sft.cascade`'s two consults, then escalates with probability
+  `sft.escalate_share` whatever the experts answered (a warm start that consults but does not read what they say:
+  RL's positive control must learn to escalate on disagreement, bench/rl_control.py).
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list
     report: dict[str, Any] = {}
     if c.sft.teacher == "expected_value":
         samples, report = teacher_samples(c, tools, tok, tasks, bars, console)
+    elif c.sft.teacher == "cascade":
+        samples, report = cascade_samples(c, tools, tok, tasks, console)
     else:
         tasks = paired_tasks(tasks, c.data.preference_pairs, c.seed) if c.sft.paired else tasks
         samples = demo_samples(tasks, tools, tok, launch.prompter_kwargs(c), c.agent.loop_kwargs(),
@@ -174,6 +179,31 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     return samples, {"explore_episodes": len(outcomes), "explore_s": explore_s, "router_extra_tasks": len(pool),
                      "teacher_labels": len(labels), "sft_repeated": sum(repeats) - len(repeats),
                      "teacher_mix": {k: dict(v) for k, v in mix.items()}}
+
+
+def cascade_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task], console: Any
+                    ) -> tuple[list[Any], dict[str, Any]]:
+    """`sft.teacher: cascade`: each task under each vector of the preference pairing consults the cascade's two
+    tiers, then escalates to its final tier with probability `sft.escalate_share` (seeded per task and vector),
+    whatever the two answered, else submits the first answer: demonstrations of consulting without reading."""
+    from orchestra.engine.scripted import call_text
+    from orchestra.routing.cascade import parse
+
+    c = cfg
+    cascade = parse(c.sft.cascade)
+    a, b = cascade.consult
+    episodes, escalated = [], 0
+    for i, task in enumerate(paired_tasks(train, c.data.preference_pairs, c.seed)):
+        esc = random.Random(f"cascade:{c.seed}:{i}:{task.id}").random() < c.sft.escalate_share
+        escalated += esc
+        last = call_text("answer", {"model": cascade.final}) if esc else call_text("submit", {"model": a})
+        episodes.append((task, [call_text("consult", {"model": a}), call_text("consult", {"model": b}), last]))
+    samples = scripted_samples(episodes, tools, tok, launch.prompter_kwargs(c), c.agent.loop_kwargs(),
+                               eos_token_ids(tok), c.sampling.max_tokens)
+    console.print(f"  cascade teacher: {len(episodes)} demonstrations of {cascade.name}, escalating on "
+                  f"{escalated} ({escalated / max(len(episodes), 1):.0%}, whatever the experts answered) -> "
+                  f"{len(samples)} samples")
+    return samples, {"teacher_cascade": cascade.name, "teacher_escalated": escalated / max(len(episodes), 1)}
 
 
 def router_pool(cfg: Any, run_dir: Path) -> list[Task]:

@@ -54,7 +54,9 @@ def _sim(name: str, e: ExpertConfig, prices: PriceTable, zoo: ZooConfig) -> Expe
     from tools.experts.sim import SimExpert
 
     return SimExpert(name, e.model or name, prices, skill=dict(e.skill), tokens_out=e.tokens_out,
-                     latency_s=e.latency_s, max_tokens=e.max_tokens, seed=zoo.seed, sleep=zoo.sleep)
+                     latency_s=e.latency_s, max_tokens=e.max_tokens, seed=zoo.seed, sleep=zoo.sleep,
+                     family=e.family, rho_task=zoo.error_correlation.get("task", 0.0),
+                     rho_family=zoo.error_correlation.get("family", 0.0), shared_distractor=zoo.shared_distractor)
 
 
 def _openai(name: str, e: ExpertConfig, prices: PriceTable, zoo: ZooConfig) -> Expert:

@@ -50,9 +50,25 @@ def validate(cfg: ExperimentConfig) -> None:
          "must name at least one module (e.g. q_proj)")
     need(cfg.sampling.max_tokens >= 1, "sampling.max_tokens", "must be >= 1")
     need(cfg.cluster.num_rollout_workers >= 1, "cluster.num_rollout_workers", "must be >= 1")
+    rho = cfg.zoo.error_correlation
+    need(set(rho) <= {"task", "family"}, "zoo.error_correlation", f"keys are task and family, got {sorted(rho)}")
+    need(all(v >= 0 for v in rho.values()) and sum(rho.values()) < 1, "zoo.error_correlation",
+         f"shares must be >= 0 and sum below 1, got {dict(rho)}")
+    need(0.0 <= cfg.zoo.shared_distractor <= 1.0, "zoo.shared_distractor", "must be in [0, 1]")
     need(cfg.sft.candidates >= 1, "sft.candidates", "must be >= 1 (1: plain random demonstrations)")
-    need(cfg.sft.teacher in ("random", "expected_value"), "sft.teacher",
-         f"must be random or expected_value, got {cfg.sft.teacher!r}")
+    need(cfg.sft.teacher in ("random", "expected_value", "cascade"), "sft.teacher",
+         f"must be random, expected_value or cascade, got {cfg.sft.teacher!r}")
+    if cfg.sft.teacher == "cascade":
+        from orchestra.routing.cascade import parse
+
+        try:
+            kind = parse(cfg.sft.cascade).kind
+        except ValueError as e:
+            raise ConfigError(f"sft.cascade: {e}") from None
+        need(kind == "pair", "sft.cascade", f"the cascade teacher demonstrates pair cascades (a&b>c), got {kind}")
+        need(0.0 <= cfg.sft.escalate_share <= 1.0, "sft.escalate_share", "must be in [0, 1]")
+        need({"consult", "submit", "answer"} <= set(cfg.zoo.tools), "zoo.tools",
+             f"the cascade teacher needs consult, submit and answer, got {list(cfg.zoo.tools)}")
     need(cfg.sft.teacher == "random" or cfg.sft.candidates == 1, "sft.candidates",
          "best-of-k applies to random demonstrations only (sft.teacher=random)")
     need(cfg.sft.vectors_sampled >= 0, "sft.vectors_sampled", "must be >= 0")

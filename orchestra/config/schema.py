@@ -176,6 +176,7 @@ class ExpertConfig:
     skill: dict[str, float] = field(default_factory=dict)
     tokens_out: int = 300
     latency_s: float = 2.0
+    family: str = ""  # sim: the model family whose mistakes it shares (zoo.error_correlation.family); "": none
     replay_path: str = ""  # replay: recorded outputs file
 
 
@@ -267,6 +268,12 @@ class ZooConfig:
     tiers: dict[str, str] = field(default_factory=dict)  # default model_mapping: tier id -> expert
     sleep: bool = False  # sim experts really sleep their latency
     seed: int = 0
+    # sim: how real models' mistakes go together (tools/experts/sim.py). `task`: the share of a correctness draw's
+    # variance every expert shares on a task (its hardness), `family`: the share experts of one `family` add; both
+    # 0 keep every expert's draws independent. `shared_distractor`: the chance a wrong expert gives the task's one
+    # common wrong answer instead of its own, so that two wrong experts can agree
+    error_correlation: dict[str, float] = field(default_factory=dict)
+    shared_distractor: float = 0.0
     spend_cap_usd: float | None = None  # run-wide cap enforced by the spend ledger
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
@@ -356,8 +363,13 @@ class SFTConfig:
     paired: bool = False
     # random: the demonstrations' routes are random (best of `candidates` in hindsight when > 1);
     # expected_value: each (training task, preference vector) demonstrates the route the estimator router rates
-    # best in expectation (orchestra/routing/teacher.py), fitted on exploration episodes (`router.*`)
+    # best in expectation (orchestra/routing/teacher.py), fitted on exploration episodes (`router.*`);
+    # cascade: every task (under each vector of data.preference_pairs) demonstrates `cascade`'s consults, then
+    # escalates to its final tier with probability `escalate_share` whatever the experts answered, else submits the
+    # first answer: a warm start that consults but does not read (RL's positive control, docs/quality.md)
     teacher: str = "random"
+    cascade: str = ""  # e.g. answer-2&answer-3>answer-1 (orchestra/routing/cascade.py names)
+    escalate_share: float = 0.0
     # expected_value: the vectors every explored task is labelled under (preset names or `accuracy=1,cost=0.2`
     # weight specs), plus `vectors_sampled` draws of the training sampler per task
     vectors: list[str] = field(default_factory=lambda: ["accuracy-first", "balanced", "cost-first"])

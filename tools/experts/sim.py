@@ -6,6 +6,13 @@ deterministically, from hash(seed, task id, expert, attempt, purpose):
     p = skill[family] ** (1 + difficulty_slope * (difficulty - 1))        # difficulty in 1..3
     p = p + (1 - p) * context_boost    if the gold answer appears in ctx.documents or ctx.code_outputs
 
+Real models' mistakes go together (on MMLU-Pro, gemini-1.5-flash and llama-3.1-70b are both right on 52 % of
+questions where independence would give 40 %, and when both are wrong they give the same wrong letter 41 % of the
+time). With `rho_task` / `rho_family` the draw is a Gaussian copula of a hardness shared by every expert on the task,
+a share of the expert's `family`, and its own noise (`correct_draw`; each expert's accuracy is unchanged); with
+`shared_distractor` a wrong expert gives the task's one common wrong answer with that chance (`wrong_key`), so two
+agreeing experts can both be wrong, as real ones are. Without them (the default) every draw is independent.
+
 When right it answers task.answer; otherwise a plausible wrong answer (task.meta["distractors"] or a
 perturbation of the gold answer). For purpose="query" it writes a search query (the problem, or a vaguer
 fragment of it when the draw fails); for purpose="code" it writes Python (task.meta["code"], or a perturbed
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import re
 from typing import Any
 
@@ -86,8 +94,14 @@ class SimExpert(PricedExpert):
     def __init__(self, name: str, model: str, prices: PriceTable, *, skill: dict[str, float],
                  tokens_out: int = 300, latency_s: float = 2.0, max_tokens: int = 1024, seed: int = 0,
                  sleep: bool = False, difficulty_slope: float = 0.5, context_boost: float = 0.8,
-                 jitter: float = 0.25):
+                 jitter: float = 0.25, family: str = "", rho_task: float = 0.0, rho_family: float = 0.0,
+                 shared_distractor: float = 0.0):
         super().__init__(name, model, prices, max_tokens, latency_s)
+        if rho_task < 0 or rho_family < 0 or rho_task + rho_family >= 1 or not 0 <= shared_distractor <= 1:
+            raise ValueError(f"expert {name}: need rho_task, rho_family >= 0 with a sum below 1 and shared_distractor "
+                             f"in [0, 1], got {rho_task}, {rho_family}, {shared_distractor}")
+        self.family = family or name  # no family: its mistakes share only the task's hardness
+        self.rho_task, self.rho_family, self.shared_distractor = rho_task, rho_family, shared_distractor
         for family, value in skill.items():
             if not 0.0 <= float(value) <= 1.0:
                 raise ValueError(f"expert {name}: skill[{family!r}] must be in [0, 1], got {value!r}")
@@ -108,6 +122,32 @@ class SimExpert(PricedExpert):
         if found and any(found.search(_norm(t)) for t in list(ctx.documents) + list(ctx.code_outputs)):
             p = p + (1 - p) * self.context_boost
         return p
+
+    def correct_draw(self, ctx: ToolContext, purpose: str, key: tuple) -> float:
+        """The uniform number the expert is right below: its own draw, or with correlation a Gaussian copula of
+        the task's hardness (shared by every expert), the family's share (by the experts of `family`) and its own
+        noise. The marginal stays uniform, so each expert's accuracy is its p_correct whatever the correlation."""
+        u = unit_draw("correct", *key)
+        if not self.rho_task and not self.rho_family:
+            return u
+        from statistics import NormalDist
+
+        nd = NormalDist()
+
+        def z(*parts: Any) -> float:
+            return nd.inv_cdf(min(max(unit_draw(*parts), 1e-12), 1 - 1e-12))
+
+        shared = (self.seed, ctx.task.id, purpose)  # not the attempt: a retry meets the same hard question
+        mix = (math.sqrt(self.rho_task) * z("hard", *shared) + math.sqrt(self.rho_family) * z("family", self.family,
+               *shared) + math.sqrt(1 - self.rho_task - self.rho_family) * z("correct", *key))
+        return nd.cdf(mix)
+
+    def wrong_key(self, ctx: ToolContext, purpose: str, key: tuple) -> tuple:
+        """The key a wrong reply is drawn from: the task's (one wrong answer every expert may give), with chance
+        `shared_distractor`, else the expert's own."""
+        if self.shared_distractor and unit_draw("shared", *key) < self.shared_distractor:
+            return ("shared", self.seed, ctx.task.id, purpose)
+        return key
 
     def _jitter(self, value: float, *key: Any) -> float:
         return value * (1 + self.jitter * (2 * unit_draw(*key) - 1))
@@ -159,12 +199,12 @@ class SimExpert(PricedExpert):
                                meta={"model": self.name, "simulated": True})
         key = (self.seed, ctx.task.id, self.name, ctx.attempt, purpose)
         p = self.p_correct(ctx)
-        correct = unit_draw("correct", *key) < p
+        correct = self.correct_draw(ctx, purpose, key) < p
         served = not ctx.task.answer and purpose in ("code", "answer")
         if served:
             text, answer, answer_from = self.served_text(purpose, ctx)
         else:
-            text, answer = self._text(purpose, correct, ctx, key)
+            text, answer = self._text(purpose, correct, ctx, key if correct else self.wrong_key(ctx, purpose, key))
         cap = int(max_tokens or self.max_tokens)
         t_out = min(cap, max(1, round(self._jitter(self.tokens_out, "tokens", *key))))
         t_in = estimate_tokens(messages)

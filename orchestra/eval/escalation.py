@@ -1,0 +1,38 @@
+"""Escalation rates: does an orchestrator that consulted two experts call for more when their answers disagree?
+
+Over episodes whose first two calls were `consult`s of two tiers that both answered (orchestra/agent/consults.py),
+the next call is an escalation when it spends more (an `answer` call, or a third `consult`) and a stop when it is a
+`submit`. `escalation(trajectories)` gives P(escalate | the two answers disagree) and P(escalate | they agree),
+agreement as cascades judge it (orchestra/routing/cascade.py `agree`), with the counts behind them; an episode
+that ended before a third call (turns or budget ran out) is left out. A policy that reads its experts escalates
+far more often on disagreement; one that ignores them escalates at one rate whatever they said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from orchestra.routing.cascade import agree
+
+
+def escalation(trajectories: Iterable[Any]) -> dict[str, float]:
+    """{escalation_disagree, escalation_agree (nan where no such episode), pairs_disagree, pairs_agree}; {} when no
+    episode consulted two experts first."""
+    counts = {True: [0, 0], False: [0, 0]}  # agreed -> [episodes, escalations]
+    for traj in trajectories:
+        recs = list(getattr(traj, "tool_records", None) or [])
+        if len(recs) < 3 or any(r.name != "consult" or not r.result.ok or r.result.candidate is None
+                                for r in recs[:2]):
+            continue
+        same = agree(recs[0].result.candidate, recs[1].result.candidate)
+        counts[same][0] += 1
+        counts[same][1] += int(recs[2].name != "submit")
+    if not counts[True][0] and not counts[False][0]:
+        return {}
+
+    def rate(c: list[int]) -> float:
+        return c[1] / c[0] if c[0] else float("nan")
+
+    return {"escalation_disagree": rate(counts[False]), "escalation_agree": rate(counts[True]),
+            "pairs_disagree": float(counts[False][0]), "pairs_agree": float(counts[True][0])}
