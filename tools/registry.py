@@ -117,12 +117,18 @@ class Build:
 
         return ToolPrompts.from_dict(dict(getattr(self.zoo, "prompts", None) or {}))
 
+    def reported(self, tool: Tool) -> Tool:
+        """A local tool with the seconds its results report set by `zoo.latency` (tools/latency.py)."""
+        from tools.latency import ReportedLatency
+
+        return ReportedLatency(tool, self.zoo.latency, self.zoo.tool_latency_s.get(tool.name, 0.0))
+
     def sandbox(self) -> Tool:
         if self._sandbox is None:
             from tools.python_tool import PythonTool
             from tools.sandbox import Sandbox
 
-            self._sandbox = PythonTool(sandbox=Sandbox.from_config(self.zoo.sandbox))
+            self._sandbox = self.reported(PythonTool(sandbox=Sandbox.from_config(self.zoo.sandbox)))
         return self._sandbox
 
     def retriever(self) -> Tool:
@@ -130,15 +136,15 @@ class Build:
             from tools.retrieval.retriever import build_retriever
 
             r = self.zoo.retriever
-            self._retriever = build_retriever(corpus=self.corpus if self.corpus is not None else r.corpus,
-                                              index_dir=r.index_dir, model_dir=r.model_dir,
-                                              index_type=r.index_type, top_k=r.top_k, kind=r.kind)
+            self._retriever = self.reported(build_retriever(
+                corpus=self.corpus if self.corpus is not None else r.corpus, index_dir=r.index_dir,
+                model_dir=r.model_dir, index_type=r.index_type, top_k=r.top_k, kind=r.kind))
         return self._retriever
 
     def web_search(self) -> Tool:
         from tools.web_search import WebSearch
 
-        return WebSearch.from_config(self.zoo.web_search)
+        return self.reported(WebSearch.from_config(self.zoo.web_search))
 
     @functools.cached_property
     def mcp(self) -> Any:
@@ -176,7 +182,7 @@ def _orchestra_tool(name: str) -> ToolBuilder:
 def _calculator(b: Build) -> Tool:
     from tools.calculator import Calculator
 
-    return Calculator()
+    return b.reported(Calculator())
 
 
 def _submit(b: Build) -> Tool:

@@ -274,6 +274,11 @@ class ZooConfig:
     # common wrong answer instead of its own, so that two wrong experts can agree
     error_correlation: dict[str, float] = field(default_factory=dict)
     shared_distractor: float = 0.0
+    # the seconds local tools report, which the reward's latency term reads (tools/latency.py): modelled (fixed
+    # typical figures by tool name, so runs with one seed repeat) or measured (wall time, labelled so)
+    latency: str = "modelled"
+    tool_latency_s: dict[str, float] = field(default_factory=lambda: {
+        "python": 0.3, "calculator": 0.01, "retrieve": 0.05, "web_search": 1.0})
     spend_cap_usd: float | None = None  # run-wide cap enforced by the spend ledger
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
