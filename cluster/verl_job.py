@@ -134,6 +134,19 @@ def prepare_here(cfg: ExperimentConfig) -> ExperimentConfig:
     return replace(cfg, zoo=zoo, reward=replace(cfg.reward, group_deadline_s=group_deadline_s(cfg)))
 
 
+def start_job_actors(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The job's named actors, each waited for under cluster.start_timeout_s (an actor that cannot be placed
+    becomes an error naming the free resources, not a silent wait): `tool:<name>` servers, and `reward` for
+    grouped rubrics."""
+    from cluster.launch import start_reward_actor, start_tool_servers, wait_ready
+
+    actors: dict[str, Any] = {"tools": start_tool_servers(cfg)}
+    if rubric_of(cfg.reward.rubric).grouped:
+        actors["reward"] = start_reward_actor(cfg)
+        wait_ready(cfg, [actors["reward"].totals.remote()], "the reward actor")
+    return actors
+
+
 def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     """verl's `main` as a library call, with our named actors started first in the same Ray job."""
     from omegaconf import OmegaConf
@@ -145,8 +158,6 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
-
-    from cluster.launch import start_reward_actor, start_tool_servers
 
     if cfg.verl.platform == "cpu":
         import importlib
@@ -163,9 +174,7 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
         else:
             ray.init(runtime_env=runtime_env)
     # held until run_ppo returns: Ray collects a named actor whose last handle is gone
-    actors = {"tools": start_tool_servers(cfg)}
-    if rubric_of(cfg.reward.rubric).grouped:
-        actors["reward"] = start_reward_actor(cfg)
+    actors = start_job_actors(cfg)
     if cfg.verl.warm_start:
         warm_start_stage(cfg, actors["tools"])
     with watchdog(cfg.verl.watchdog_s, f"verl job {cfg.name}"):

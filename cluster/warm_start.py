@@ -252,6 +252,10 @@ def warm_start_policy(cfg: Any, tool_handles: dict[str, Any], tasks: list[Task],
     shutil.rmtree(tmp, ignore_errors=True)
     learner = launch.start_learner(cfg, name="warm-start-learner")
     try:
+        # a learner that cannot be placed (no node with cluster.learner_gpus free GPUs: e.g. `ray up`'s GPU workers
+        # never launched) would otherwise wait forever at its first call, silently
+        launch.wait_ready(cfg, [learner.version.remote()],
+                          f"the warm-start learner (cluster.learner_gpus={cfg.cluster.learner_gpus:g})")
         with Bars(console) as bars:
             report = warm_start(cfg, learner, tool_handles, tasks, bars, console)
         ray.get(learner.save.remote(str(tmp)))  # a peft learner writes the merged weights as model.safetensors

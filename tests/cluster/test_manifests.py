@@ -91,26 +91,64 @@ def test_ray_up_config():
     assert any(dst.endswith("/.ray/auth_token") for dst in c["file_mounts"])
 
 
-def test_ray_up_installs_verls_vllm_set_then_flash_attn_cupy_project():
-    setup = load("ray-cluster.yaml")["setup_commands"]
+def node_setup(kind: str) -> list[str]:
+    """The commands `ray up` runs on a node of this kind: setup_commands, then head_/worker_setup_commands."""
+    c = load("ray-cluster.yaml")
+    return list(c.get("setup_commands") or []) + list(c.get(f"{kind}_setup_commands") or [])
 
-    def at(*needles: str) -> int:
+
+def test_ray_up_installs_verls_vllm_set_then_flash_attn_cupy_project():
+    def at(setup: list[str], *needles: str) -> int:
         hits = [i for i, s in enumerate(setup) if all(n in s for n in needles)]
         assert len(hits) == 1, (needles, hits)
         return hits[0]
 
-    # verl 0.9.1's vllm extra, in one pip command, so one resolve sees the whole set
-    pins = at("torch==2.11.0", "torchvision==0.26.0", "vllm==0.24.0", "transformers==5.9.0")
-    flash = at("flash-attn==2.8.3")
-    assert "--no-build-isolation" in setup[flash]  # compiled against the torch installed just before
-    cupy = at("cupy-cuda")
-    project = at("[gpu]")
-    assert pins < flash < cupy < project
-    assert not [s for i, s in enumerate(setup) if i != pins and re.search(r"\btorch==", s)]  # no second torch
+    for kind in ("head", "worker"):
+        setup = node_setup(kind)
+        # verl 0.9.1's vllm extra, in one pip command, so one resolve sees the whole set
+        pins = at(setup, "torch==2.11.0", "torchvision==0.26.0", "vllm==0.24.0", "transformers==5.9.0")
+        cupy = at(setup, "cupy-cuda")
+        project = at(setup, "pip install -q -e ")
+        assert pins < cupy < project, kind
+        assert not [s for i, s in enumerate(setup) if i != pins and re.search(r"\btorch==", s)]  # no second torch
+    worker = node_setup("worker")
+    flash = at(worker, "flash-attn==2.8.3")
+    assert "--no-build-isolation" in worker[flash]  # compiled against the torch installed just before
+    assert at(worker, "torch==2.11.0") < flash < at(worker, "[gpu]")
     # cupy, the image and torch 2.11.0's PyPI wheel (CUDA 13.0) share one CUDA major
     image_cuda = re.search(r"-cu(\d+?)\d$", load("ray-cluster.yaml")["docker"]["image"])
-    cupy_cuda = re.search(r"cupy-cuda(\d+)x", setup[cupy])
+    cupy_cuda = re.search(r"cupy-cuda(\d+)x", worker[at(worker, "cupy-cuda")])
     assert image_cuda and cupy_cuda and image_cuda.group(1) == cupy_cuda.group(1) == "13"
+
+
+def test_ray_up_builds_flash_attn_on_gpu_workers_only_with_max_jobs():
+    """On 64e2e69 every node, the CPU head included, compiled flash-attn (as a setup command and again through the
+    gpu extra), with ninja's one nvcc job per core: hours, or out of memory."""
+    head, worker = node_setup("head"), node_setup("worker")
+    assert not [s for s in head if "flash-attn" in s or "[gpu" in s]  # neither directly nor through the extra
+    (build,) = [s for s in worker if "flash-attn" in s]
+    setting, _, install = build.rpartition("; ")
+    assert setting.strip().startswith("export MAX_JOBS=") and "flash-attn==2.8.3" in install
+    got = subprocess.run(["bash", "-c", setting + "; echo $MAX_JOBS"], capture_output=True, text=True, timeout=10)
+    assert 1 <= int(got.stdout.strip()) <= os.cpu_count(), got  # one job per 8 GiB of RAM, at most one per core
+
+
+PROVIDER_PACKAGES = {"aws": "boto3", "gcp": "google-api-python-client", "azure": "azure-identity"}
+
+
+def test_ray_up_head_venv_can_build_the_node_provider():
+    """The autoscaler monitor runs with the python of the venv that ran `ray start --head` and imports the
+    provider's SDK (ray/autoscaler/_private/providers.py _import_aws: boto3). On 64e2e69 that venv had none: the
+    GPU workers were never launched and the job waited on its CPU head, silently."""
+    c = load("ray-cluster.yaml")
+    (start,) = [cmd for cmd in c["head_start_ray_commands"] if "ray start --head" in cmd]
+    venv = re.search(r"(\S+)/bin/ray start --head", start).group(1)
+    package = PROVIDER_PACKAGES[c["provider"]["type"]]
+    installs = [s for s in node_setup("head") if f"{venv}/bin/pip install" in s and package in s]
+    assert installs, f"nothing installs {package} into {venv}, the venv whose python runs the autoscaler"
+    from ray.autoscaler._private.providers import _NODE_PROVIDERS
+
+    assert c["provider"]["type"] in _NODE_PROVIDERS
 
 
 def test_ray_up_container_allows_the_code_sandbox():

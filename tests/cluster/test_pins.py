@@ -50,10 +50,12 @@ def gpu_extra() -> dict[str, Requirement]:
 
 
 def setup_pins() -> dict[str, set[str]]:
-    """Every `pkg==version` token in cluster/ray-cluster.yaml's setup_commands: name -> versions seen."""
+    """Every `pkg==version` token in cluster/ray-cluster.yaml's setup commands (every node's, the head's and the
+    workers'): name -> versions seen."""
     cfg = yaml.safe_load((REPO / "cluster" / "ray-cluster.yaml").read_text())
     found: dict[str, set[str]] = {}
-    for command in cfg.get("setup_commands") or []:
+    commands = [c for key in ("setup_commands", "head_setup_commands", "worker_setup_commands") for c in cfg.get(key) or []]
+    for command in commands:
         for name, version in PIN.findall(str(command)):
             found.setdefault(canonicalize_name(name), set()).add(version)
     return found

@@ -251,7 +251,7 @@ def test_the_job_holds_its_actors_and_starts_no_reward_actor_for_scalar(monkeypa
     """On 2bd8f65 run_here dropped the actor handles (Ray collected `tool:*` before the first episode) and the
     agent loop looked up a `reward` actor that scalar runs never start."""
     src = inspect.getsource(verl_job.run_here)
-    assert "actors = {" in src and src.index("run_ppo(") < src.index("del actors")
+    assert "actors = start_job_actors(cfg)" in src and src.index("run_ppo(") < src.index("del actors")
     import ray
 
     from actors.verl_plugins import agent_loop
