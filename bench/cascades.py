@@ -1,6 +1,6 @@
 """Adaptive plans against one-shot routing on real recordings (issue 51): MMLU-Pro, six models, no episodes played.
 
-Usage: python bench/cascades.py [seeds=2] [train=4000] [heldout=4000] [routers=true] [plot=PATH]
+Usage: python bench/cascades.py [seeds=2] [train=2000] [heldout=2000] [routers=true] [plot=PATH] [cache=NPZ]
 
 The MMLU-Pro replay zoo's six models' recorded answers (conf/zoo/replay_mmlu_pro.yaml; the questions all six have
 a record for: 12,002), split per seed into `train` questions to fit on and `heldout` to judge on (disjoint, drawn
@@ -21,6 +21,7 @@ share of the priciest model's; per preset the cascade router's accuracy and $ an
 paired bootstrap 95 % interval over held-out questions (RESULT cascade_router_gap_<preset>, _ci_low); its escalation
 rates (P(escalate | the first two answers disagree), P(escalate | they agree)) over the questions it ran a pair
 cascade on. `plot=PATH` draws the first seed's frontier. `routers=false` skips the routers (no embedding: seconds).
+Question embeddings are cached in `cache` (default runs/bench/mmlu_pro_embeddings.npz): the first run embeds them.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 PRESETS = ("accuracy-first", "balanced", "cost-first")
 
@@ -59,6 +61,32 @@ def load() -> dict:
             "latency": np.tile([float(cfg.zoo.experts[e].latency_s) for e in tiers.values()], (len(tasks), 1))}
 
 
+def cached_embedder(path: Path):
+    """The routers' question embedder (MiniLM at the runs' precision) through a file cache: embedding 12,002
+    MMLU-Pro questions takes tens of minutes on 2 cores, and every split and rerun needs the same vectors."""
+    from orchestra.config.schema import RouterConfig
+    from tools.retrieval.dense import Embedder
+
+    cache: dict[str, np.ndarray] = {}
+    if path.is_file():
+        with np.load(path) as z:
+            cache = dict(zip(z["texts"].tolist(), z["vectors"], strict=True))
+    model = None
+
+    def embed(texts: list[str]) -> np.ndarray:
+        nonlocal model
+        todo = [t for t in dict.fromkeys(texts) if t not in cache]
+        if todo:
+            model = model or Embedder(dtype=RouterConfig().embed_dtype)
+            print(f"INFO embedding {len(todo)} questions (cached in {path} for the next run)", flush=True)
+            cache.update(zip(todo, model.encode(todo), strict=True))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.savez(path, texts=np.array(list(cache)), vectors=np.stack(list(cache.values())))
+        return np.stack([cache[t] for t in texts])
+
+    return embed
+
+
 def frontier_cascades(d: dict, rows: np.ndarray, hand: list, k: int = 8) -> list:
     """The hand cascades on the accuracy-vs-$ frontier of `rows`, at most k (spread along it)."""
     from orchestra.routing.cascade import evaluate
@@ -70,7 +98,7 @@ def frontier_cascades(d: dict, rows: np.ndarray, hand: list, k: int = 8) -> list
         pts.append((r["cost"].mean(), r["correct"].mean(), c))
     pts.sort(key=lambda p: (p[0], -p[1]))
     front, best = [], -1.0
-    for cost, acc, c in pts:
+    for _cost, acc, c in pts:
         if acc > best:
             front.append(c)
             best = acc
@@ -215,15 +243,12 @@ def plot(res: dict, path: str) -> None:
 
 def main(argv: list[str]) -> None:
     args = dict(a.split("=", 1) for a in argv)
-    seeds, train, heldout = int(args.get("seeds", 2)), int(args.get("train", 4000)), int(args.get("heldout", 4000))
+    seeds, train, heldout = int(args.get("seeds", 2)), int(args.get("train", 2000)), int(args.get("heldout", 2000))
     routers = args.get("routers", "true").lower() == "true"
     d = load()
     print(f"INFO cascades: {len(d['tasks'])} questions every model answered; tiers {d['names']}")
-    embed = None
-    if routers:
-        from tools.retrieval.dense import Embedder
-
-        embed = Embedder(query_cache_size=50_000).encode_queries
+    embed = cached_embedder(Path(args.get("cache", ROOT / "runs" / "bench" / "mmlu_pro_embeddings.npz"))) if routers \
+        else None
     runs = [one_split(d, s, train, heldout, routers, embed) for s in range(seeds)]
     for s, r in enumerate(runs):
         print(f"INFO seed {s}: best hand cascade {r['best_hand']} acc {r['best_hand_acc']:.4f} at "
@@ -248,16 +273,18 @@ def main(argv: list[str]) -> None:
     print(f"RESULT cascade_best_hand_cost_ratio={mean(lambda r: r['best_hand_cost_ratio']):.4f}")
     print(f"RESULT cascade_oracle_acc={mean(lambda r: r['oracle_acc']):.4f}")
     if routers:
+        def at(preset: str, key: str) -> float:
+            return float(np.nanmean([r[preset][key] for r in runs]))
+
         for p in PRESETS:
             key = p.replace("-", "_")
-            print(f"RESULT cascade_router_acc_{key}={mean(lambda r: r[p]['acc']):.4f}")
-            print(f"RESULT cascade_router_cost_ratio_{key}={mean(lambda r: r[p]['cost_ratio']):.4f}")
-            print(f"RESULT cascade_router_gap_{key}={mean(lambda r: r[p]['gap']):.4f}")
+            print(f"RESULT cascade_router_acc_{key}={at(p, 'acc'):.4f}")
+            print(f"RESULT cascade_router_cost_ratio_{key}={at(p, 'cost_ratio'):.4f}")
+            print(f"RESULT cascade_router_gap_{key}={at(p, 'gap'):.4f}")
             print(f"RESULT cascade_router_gap_{key}_ci_low={min(r[p]['gap_lo'] for r in runs):.4f}")
-            print(f"RESULT cascade_router_escalation_disagree_{key}={mean(lambda r: r[p]['esc_disagree']):.3f}")
-            print(f"RESULT cascade_router_escalation_agree_{key}={mean(lambda r: r[p]['esc_agree']):.3f}")
-        print(f"RESULT cascade_router_gap_min={min(mean(lambda r: r[p]['gap']) for p in PRESETS):.4f}")
-
+            print(f"RESULT cascade_router_escalation_disagree_{key}={at(p, 'esc_disagree'):.3f}")
+            print(f"RESULT cascade_router_escalation_agree_{key}={at(p, 'esc_agree'):.3f}")
+        print(f"RESULT cascade_router_gap_min={min(at(p, 'gap') for p in PRESETS):.4f}")
 
 if __name__ == "__main__":
     main(sys.argv[1:])

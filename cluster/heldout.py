@@ -33,6 +33,7 @@ from orchestra.eval.adherence import PREFIX, check_unseen, sweep_points, sweep_p
 from orchestra.eval.adherence import adherence as adherence_of
 from orchestra.eval.escalation import escalation
 from orchestra.preferences import COST_ORDER, paired_preferences, parse_pairs, preset
+from orchestra.routing.cascade import expected_calls, is_cascade
 from orchestra.routing.hints import suggestion
 from orchestra.rundir.records import episode_seed, score_kwargs
 from orchestra.types import Preference, Task
@@ -123,7 +124,9 @@ def hint_agreement(results: list[EpisodeResult], requests: list[dict[str, Any]],
         if found is None:
             continue
         calls = [[rec.name, rec.tool_id] for rec in r.traj.tool_records]
-        hits.setdefault(uid_pref.get(r.traj.uid, ""), []).append(float(calls == [list(c) for c in found[1]]))
+        # a cascade's calls depend on what its consults answered in this very episode
+        want = expected_calls(found[0], r.traj.tool_records) if is_cascade(found[0]) else [list(c) for c in found[1]]
+        hits.setdefault(uid_pref.get(r.traj.uid, ""), []).append(float(calls == want))
     if not hits:
         return {}
     out: dict[str, Any] = {"hint_agreement": mean(v for h in hits.values() for v in h)}

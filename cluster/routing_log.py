@@ -115,6 +115,17 @@ def per_question_cost(log: RoutingLog, m: str, price: tuple[float, float]) -> fl
     return mean(costs)
 
 
+# with extracted answers for at least this share of (question, model) calls, the preset offers consult / submit
+# (adaptive plans that compare answers: orchestra/routing/cascade.py); a missing answer agrees with nothing
+ANSWERS_FOR_ADAPTIVE = 0.9
+
+
+def answers_recorded(log: RoutingLog) -> float:
+    """The share of (question, model) calls whose extracted answer the log records."""
+    calls = [c for q in log.questions for c in q.calls.values()]
+    return sum(c.model_answer not in (None, "") for c in calls) / max(len(calls), 1)
+
+
 def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, Any]], latency: dict[str, str],
             heldout: int, cost: dict[str, float]) -> dict[str, str]:
     """zoo.yaml and experiment.yaml (paths absolute, so both work from anywhere)."""
@@ -135,7 +146,9 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
     keys = [expert_key(m) for m in ranked]
     if len(set(keys)) != len(keys):
         raise RoutingLogError(f"routing log {log.path}: models {ranked} give clashing expert names {keys}")
-    zoo = {"name": name, "tools": ["answer"], "seed": 0, "experts": experts,
+    adaptive = answers_recorded(log) >= ANSWERS_FOR_ADAPTIVE
+    zoo = {"name": name, "tools": ["answer", "consult", "submit"] if adaptive else ["answer"], "seed": 0,
+           "experts": experts,
            "tiers": {f"answer-{i + 1}": k for i, k in enumerate(keys)}}
     n_train = len(log.questions) - heldout
     exp = {"defaults": {"model": "tiny", "zoo": "zoo.yaml", "reward": "scalar", "backend": "local"},
@@ -146,7 +159,7 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
            "eval": {"n_tasks": heldout, "preference": "balanced", "presets": list(COST_ORDER), "temperature": 0.0,
                     "sweep": True},
            # as mmlu_pro_replay: the preference in bin words, the router's suggestion, no catalogue (docs/quality.md)
-           "agent": {"max_turns": 2, "preference_words": True, "preference_numbers": False,
+           "agent": {"max_turns": 3 if adaptive else 2, "preference_words": True, "preference_numbers": False,
                      "preference_levels": [0.056, 0.178, 0.56, 1.78], "route_hints": True, "tool_catalogue": "none"},
            "sampling": {"max_tokens": 48, "temperature": 1.0},
            "algo": {"steps": 12, "group_size": 8, "prompts_per_step": 4, "lr": 1.0e-4, "balance_prefs": True,
@@ -300,6 +313,13 @@ def _summary(log: RoutingLog, args: argparse.Namespace, out: Path, name: str, n:
         print(f"responses absent: {absent} of {len(calls)} answers record only a verdict; their replay experts answer "
               "with a marker text, judged by the recorded verdict, and their $ counts the prompt's tokens only "
               "where the log records none")
+    share = answers_recorded(log)
+    if share >= ANSWERS_FOR_ADAPTIVE:
+        print(f"extracted answers recorded for {share:.0%} of answers: the preset offers consult / submit (adaptive "
+              "plans that escalate when two models disagree)")
+    else:
+        print(f"extracted answers recorded for {share:.0%} of answers only (need {ANSWERS_FOR_ADAPTIVE:.0%}): the "
+              "signal adaptive plans read is missing, so the preset offers answer alone (one call per question)")
     for m in sorted(log.models, key=lambda m: -cost[m]):
         acc = mean(float(q.calls[m].score >= 0.5) for q in log.questions)
         print(f"  {m}: accuracy {acc:.3f}, ${cost[m]:.6f} per question (priced as {priced[m]['model']})")

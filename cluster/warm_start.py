@@ -34,6 +34,7 @@ from cluster.rollouts import paired_tasks
 from orchestra.data.demos import demo_samples, label_repeats, scripted_samples, sft_batches, sft_lr
 from orchestra.policy.models import config_tokenizer
 from orchestra.policy.tokenizer import eos_token_ids
+from orchestra.routing.cascade import script_of
 from orchestra.types import Task
 from reward.score import score_episode
 
@@ -105,10 +106,11 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     """Exploration -> estimator router (saved) -> cross-fitted expected-value labels -> their episodes as
     training samples; and a report (label mix per preset, timings)."""
     from orchestra.agent.prompt import Prompter
+    from orchestra.routing.cascade import as_plan, cascade_outcomes, frontier_cascades
     from orchestra.routing.estimator import Expected, RouteEstimator, TaskFeatures
     from orchestra.routing.explore import explore
     from orchestra.routing.hints import attach
-    from orchestra.routing.plans import enumerate_plans
+    from orchestra.routing.plans import ADAPTIVE_TOOLS, enumerate_plans
     from orchestra.routing.router import EstimatorRouter
     from orchestra.routing.teacher import cross_fitted, teacher_labels
     from reward.score import episode_scorer
@@ -132,6 +134,14 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                        on_episode=lambda _rec: bars.advance(bar))
     bars.remove(bar)
     explore_s = time.perf_counter() - t0
+    names = {s.get("function", s).get("name") for s in tools.schemas(tasks[0])}
+    if ADAPTIVE_TOOLS[0] in names and ADAPTIVE_TOOLS[1] in names and rc.cascades:
+        # adaptive plans: outcomes from the one-shot ones (a consult returns what that answer call returned)
+        cascades = frontier_cascades(outcomes, rc.cascades)
+        outcomes = outcomes + cascade_outcomes(outcomes, cascades)
+        plans = plans + [as_plan(k) for k in cascades]
+        console.print(f"  adaptive plans ({len(cascades)}, on the explored tasks' frontier): "
+                      + (", ".join(k.name for k in cascades) or "none"))
     features = TaskFeatures(embed_texts(c.zoo.retriever.model_dir, rc.embed_dtype), rc.meta_keys,
                             text_stats=rc.text_stats).fit_vocab(explored)
     X, ids = features(explored), [t.id for t in explored]
@@ -165,7 +175,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
         top = ", ".join(f"{p} {v / len(tasks):.0%}" for p, v in counts.most_common(3))
         console.print(f"  teacher, {name}: {top}")
     repeats = label_repeats([lab.plan.name for lab in labels], c.sft.label_balance)
-    samples = scripted_samples([(lab.task, lab.plan.texts()) for lab in labels], tools, tok,
+    samples = scripted_samples([(lab.task, script_of(lab.plan)) for lab in labels], tools, tok,
                                launch.prompter_kwargs(c), c.agent.loop_kwargs(), eos, c.sampling.max_tokens,
                                repeats=repeats)
     if c.sft.label_balance:

@@ -55,6 +55,7 @@ def validate(cfg: ExperimentConfig) -> None:
     need(all(v >= 0 for v in rho.values()) and sum(rho.values()) < 1, "zoo.error_correlation",
          f"shares must be >= 0 and sum below 1, got {dict(rho)}")
     need(0.0 <= cfg.zoo.shared_distractor <= 1.0, "zoo.shared_distractor", "must be in [0, 1]")
+    need(cfg.router.cascades >= 0, "router.cascades", "must be >= 0 (0: one-shot plans only)")
     need(cfg.zoo.latency in ("modelled", "measured"), "zoo.latency", f"must be modelled or measured, got "
          f"{cfg.zoo.latency!r}")
     need(all(v >= 0 for v in cfg.zoo.tool_latency_s.values()), "zoo.tool_latency_s", "seconds must be >= 0")

@@ -397,6 +397,10 @@ class RouterConfig:
     # the estimator router (and so the teacher's labels and the route hints); the policy never trains on them. On a
     # replay zoo or routing log their exploration replays recorded outcomes: seconds, no expert calls
     extra_tasks: int = 0
+    # with consult and submit in the catalogue: at most this many adaptive plans (orchestra/routing/cascade.py: the
+    # hand cascades on the explored tasks' accuracy-vs-$ frontier, outcomes computed from the one-shot ones) are
+    # fitted and labelled beside the one-shot plans (0: one-shot plans only)
+    cascades: int = 8
     C: float = 1.0  # inverse L2 strength of the per-plan logistic regressions
     alpha: float = 1.0  # ridge strength of the $ and seconds regressions
     folds: int = 5  # cross-fitting folds for the teacher's labels

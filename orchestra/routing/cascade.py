@@ -108,6 +108,34 @@ def hand_cascades(tiers: Sequence[str], cost: dict[str, float]) -> list[Cascade]
     return out
 
 
+def frontier_cascades(outcomes: Sequence[Outcome], k: int = 8) -> list[Cascade]:
+    """The hand cascades over the answer tiers of `outcomes` (one-shot plans named by their tier) that lie on the
+    accuracy-vs-$ frontier of those tiers and cascades together, at most k spread along it: the adaptive plans worth
+    an estimator's fit (one that some single tier beats on both counts is never the best choice in expectation)."""
+    rows = table(outcomes)
+    tiers = sorted({t for row in rows.values() for t in row})
+    if len(tiers) < 2 or k <= 0:
+        return []
+    cost = {t: float(np.mean([row[t].cost_usd for row in rows.values() if t in row])) for t in tiers}
+    points: list[tuple[float, float, Cascade | None]] = []
+    for t in tiers:
+        done = [row[t] for row in rows.values() if t in row]
+        points.append((cost[t], float(np.mean([o.correct for o in done])), None))
+    for c in hand_cascades(tiers, cost):
+        done = [p.outcome for row in rows.values() if (p := play(c, row)) is not None]
+        if done:
+            points.append((float(np.mean([o.cost_usd for o in done])), float(np.mean([o.correct for o in done])), c))
+    points.sort(key=lambda x: (x[0], -x[1]))
+    front, best = [], -1.0
+    for _cost, acc, c in points:
+        if acc > best:
+            best = acc
+            if c is not None:
+                front.append(c)
+    step = max(1, -(-len(front) // k))
+    return front[::-1][::step][:k]
+
+
 def table(outcomes: Iterable[Outcome]) -> dict[str, dict[str, Outcome]]:
     """task id -> tier -> its one-shot outcome (plans named by their tier alone: `answer-2`)."""
     out: dict[str, dict[str, Outcome]] = {}
@@ -179,6 +207,36 @@ def _answers_in(prompt: str) -> dict[str, str | None]:
             break
         out[tier] = answer
     return out
+
+
+def is_cascade(name: str) -> bool:
+    return "&" in name or "?>" in name
+
+
+def script_of(plan: Plan):
+    """What a scripted engine plays for a plan: a cascade's rule (`choose`, it reads the answers), else the
+    plan's fixed calls."""
+    return choose(parse(plan.name)) if is_cascade(plan.name) else plan.texts()
+
+
+def expected_calls(name: str, records: Sequence) -> list[list[str]]:
+    """The [tool, tier] calls a plan makes in an episode whose tool records are `records`: a one-shot plan's
+    are fixed (None here: the caller has them); a cascade's follow from what its consults answered there."""
+    cascade = parse(name)
+    seen = {r.tool_id: r.result.candidate for r in records if r.name == "consult" and r.result.ok}
+    consulted, tool, tier = cascade.decide(seen)
+    return [["consult", t] for t in consulted] + [[tool, tier]]
+
+
+def describe(name: str) -> str:
+    """A cascade as the route hint writes it: the calls in order and when it escalates."""
+    c = parse(name)
+    first = ", then ".join(f"consult {t}" for t in c.consult[:2])
+    if c.kind == "no_answer":
+        return f"consult {c.consult[0]}; if no answer, answer {c.final}"
+    if c.kind == "pair":
+        return f"{first}; if they differ, answer {c.final}"
+    return f"{first}; if they differ, consult {c.consult[2]}; if it agrees with neither, answer {c.final}"
 
 
 def as_plan(cascade: Cascade) -> Plan:

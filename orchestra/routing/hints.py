@@ -9,7 +9,8 @@ computed from them under the task's own preference vector:
     Router (odds high): answer answer-2.
 
 the plan of highest expected reward, written as the calls the policy would write, and how likely that plan is to
-be right (one single-token word per band of P(correct)). The line has a fixed length for one-call plans and the
+be right (one single-token word per band of P(correct)). An adaptive plan (orchestra/routing/cascade.py) is written as
+its rule: "Router (odds high): consult answer-2, then consult answer-3; if they differ, answer answer-1." The line has a fixed length for one-call plans and the
 plan comes last, so the tier id stands at a fixed distance from the policy's own tool call, and the preference
 words above it at a fixed distance too: a 2-layer policy reads by position. The intent: a policy that copies the
 line routes per question as well as its teacher, and RL learns where deviating pays. Measured (docs/quality.md,
@@ -31,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestra.routing.cascade import describe, is_cascade
 from orchestra.routing.value import expected_value
 from orchestra.types import Task
 
@@ -75,6 +77,8 @@ def hint_text(task: Task) -> str:
     found = suggestion(task)
     if found is None:
         return ""
-    _name, calls, p = found
+    name, calls, p = found
     word = next(w for bound, w in CONFIDENCE if p >= bound)
+    if is_cascade(name):  # an adaptive plan: its consults, and when it escalates
+        return f"Router (odds {word}): {describe(name)}."
     return f"Router (odds {word}): " + ", then ".join(f"{tool} {tier}" for tool, tier in calls) + "."

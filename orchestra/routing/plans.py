@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+ADAPTIVE_TOOLS = ("consult", "submit")
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -48,7 +50,7 @@ def enumerate_plans(schemas: list[dict[str, Any]], final_tool: str = "answer") -
     for answer in by_name.get(final_tool, []):
         plans.append(Plan(answer, ((final_tool, answer),)))
         for tool, tiers in sorted(by_name.items()):
-            if tool == final_tool:
+            if tool in (final_tool, *ADAPTIVE_TOOLS):  # consult / submit make adaptive plans (routing/cascade.py)
                 continue
             for tier in tiers:
                 plans.append(Plan(f"{tier}+{answer}", ((tool, tier), (final_tool, answer))))

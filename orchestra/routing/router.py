@@ -78,8 +78,11 @@ class EstimatorRouter:
             attach(tasks, self.estimator.expected(self._x(tasks)), self.estimator.plans, self.cost_scale,
                    self.latency_scale)
 
-    def script(self, task: Task) -> list[str]:
-        return self.plan(task).texts()
+    def script(self, task: Task) -> Any:
+        """What a scripted engine plays for `task`: the chosen plan's calls, or a chosen cascade's rule."""
+        from orchestra.routing.cascade import script_of
+
+        return script_of(self.plan(task))
 
     # ------------------------------------------------------------ one call (Serve's router mode)
     def single_call_plans(self, tiers: Sequence[str] = (), final_tool: str = "answer") -> list[Plan]:

@@ -14,7 +14,7 @@ from orchestra.config import load_config
 from orchestra.eval.runner import Evaluator
 from orchestra.routing import cascade as cc
 from orchestra.routing.plans import Outcome
-from orchestra.types import Task
+from orchestra.types import Task, ToolRecord, ToolResult
 from reward.score import episode_scorer
 from tests.helpers.fakes import ByteTokenizer
 from tools.base import LocalToolClient
@@ -100,3 +100,41 @@ def test_offline_cascade_outcomes_equal_the_episodes_the_agent_loop_plays(sim):
         assert r["cost_usd"] == pytest.approx(o.cost_usd) and r["latency_s"] == pytest.approx(o.latency_s)
         escalations += "answer-1" in r["tool_counts"]
     assert 0 < escalations < len(played)  # both branches were taken
+
+
+def test_frontier_cascades_keep_only_those_no_single_tier_beats():
+    # answer-1: right on all, dear; answer-2/3: cheap, right on the same 70 % and agreeing exactly there
+    outs = []
+    for i in range(100):
+        right = i < 70
+        outs += [Outcome(f"t{i}", "answer-1", True, 1.0, 1.0, 0, "B"),
+                 Outcome(f"t{i}", "answer-2", right, 0.1, 1.0, 0, "B" if right else "A"),
+                 Outcome(f"t{i}", "answer-3", right, 0.2, 1.0, 0, "B" if right else "C")]
+    front = cc.frontier_cascades(outs, k=8)
+    assert cc.parse("answer-2&answer-3>answer-1") in front  # 100 % at 0.3 + 0.3 x 1.0: below answer-1's $
+    assert all(c.final == "answer-1" or c.kind == "no_answer" for c in front)
+    assert cc.frontier_cascades(outs, k=0) == []
+
+
+def test_a_cascade_hint_names_its_rule_and_its_calls_follow_the_answers():
+    from orchestra.routing.hints import HINT_KEY, hint_text
+    from orchestra.routing.plans import Plan
+
+    c = cc.Cascade("pair", ("answer-4", "answer-3"), "answer-1")
+    plans = [Plan("answer-1", (("answer", "answer-1"),)), cc.as_plan(c)]
+    task = Task(id="h", problem="p", answer="B", pref={"accuracy": 1.0})
+    task.meta[HINT_KEY] = {"plans": [p.name for p in plans], "calls": [[list(x) for x in p.calls] for p in plans],
+                           "p_correct": [0.7, 0.9], "cost_usd": [0.01, 0.005], "latency_s": [1.0, 2.0],
+                           "cost_scale": 0.01, "latency_scale": 10.0}
+    assert hint_text(task) == ("Router (odds high): consult answer-4, then consult answer-3; if they differ, "
+                               "answer answer-1.")
+    assert callable(cc.script_of(plans[1])) and cc.script_of(plans[0]) == plans[0].texts()
+
+    def consult(tier: str, answer: str) -> ToolRecord:
+        return ToolRecord(0, "consult", tier, {"model": tier}, ToolResult(f"{tier} answered: {answer}",
+                                                                             candidate=answer))
+
+    same, differ = [consult("answer-4", "B"), consult("answer-3", "(b)")], [consult("answer-4", "B"),
+                                                                             consult("answer-3", "C")]
+    assert cc.expected_calls(c.name, same) == [["consult", "answer-4"], ["consult", "answer-3"], ["submit", "answer-4"]]
+    assert cc.expected_calls(c.name, differ)[-1] == ["answer", "answer-1"]
