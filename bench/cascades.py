@@ -87,23 +87,16 @@ def cached_embedder(path: Path):
     return embed
 
 
-def frontier_cascades(d: dict, rows: np.ndarray, hand: list, k: int = 8) -> list:
-    """The hand cascades on the accuracy-vs-$ frontier of `rows`, at most k (spread along it)."""
-    from orchestra.routing.cascade import evaluate
+def frontier(d: dict, rows: np.ndarray, k: int = 8) -> list:
+    """The hand cascades on the accuracy-vs-$ frontier of `rows` (orchestra/routing/cascade.py, as runs pick them),
+    from one-shot outcomes whose answers are the recorded ones' agreement codes."""
+    from orchestra.routing.cascade import frontier_cascades
+    from orchestra.routing.plans import Outcome
 
-    col = {t: j for j, t in enumerate(d["tiers"])}
-    pts = []
-    for c in hand:
-        r = evaluate(c, col, d["codes"][rows], d["correct"][rows], d["cost"][rows], d["latency"][rows])
-        pts.append((r["cost"].mean(), r["correct"].mean(), c))
-    pts.sort(key=lambda p: (p[0], -p[1]))
-    front, best = [], -1.0
-    for _cost, acc, c in pts:
-        if acc > best:
-            front.append(c)
-            best = acc
-    step = max(1, len(front) // k)
-    return front[::-1][::step][:k]
+    outs = [Outcome(d["tasks"][i].id, t, bool(d["correct"][i, j]), float(d["cost"][i, j]),
+                    float(d["latency"][i, j]), 0, None if d["codes"][i, j] < 0 else str(d["codes"][i, j]))
+            for i in rows for j, t in enumerate(d["tiers"])]
+    return frontier_cascades(outs, k)
 
 
 def outcomes_of(d: dict, rows: np.ndarray, plans: list) -> list:
@@ -189,7 +182,7 @@ def one_split(d: dict, seed: int, train: int, heldout: int, routers: bool, embed
     Xtr, Xte = X[:len(tr)], X[len(tr):]
     ids = [d["tasks"][i].id for i in tr]
     single = [Plan(t, (("answer", t),)) for t in d["tiers"]]
-    both = single + [as_plan(c) for c in frontier_cascades(d, tr, hand)]
+    both = single + [as_plan(c) for c in frontier(d, tr)]
     fitted = {}
     for name, plans in (("estimator", single), ("cascade", both)):
         est = RouteEstimator(plans, seed=seed).fit(Xtr, ids, outcomes_of(d, tr, plans), feats.n_meta, feats.n_stats)
