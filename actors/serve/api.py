@@ -325,9 +325,9 @@ TRACE_OUTPUT_CHARS = 500
 def trace_of(traj: Trajectory, tiers: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The tool chain a client sees: one entry per call with its tier, expert, cost, latency, error, whether
     the expert is simulated (a refused call names the expert its tier maps to), the code the sandbox ran and
-    what it printed (enhance_reasoning; cut to TRACE_OUTPUT_CHARS), and where a simulated answer came from
+    what it printed (enhance_reasoning; cut to TRACE_OUTPUT_CHARS), where a simulated answer came from
     (`answer_from`: code_output | document; tools/experts/sim.py), so a client can tell a real result from a
-    simulated one."""
+    simulated one, and what a consulted expert answered (`candidate`: a cascade's decision reads it)."""
     tiers = tiers or {}
     out = []
     for r in traj.tool_records:
@@ -336,7 +336,8 @@ def trace_of(traj: Trajectory, tiers: dict[str, str] | None = None) -> list[dict
         out.append({"turn": r.turn, "tool": r.name, "tier": r.tool_id, "expert": res.meta.get("model") or
                     tiers.get(r.tool_id), "cost_usd": res.cost_usd, "latency_s": res.latency_s, "error": res.error,
                     "budget_refused": res.refused, "simulated": bool(res.meta.get("simulated")),
-                    "code": res.meta.get("code"), "output": output, "answer_from": res.meta.get("answer_from")})
+                    "code": res.meta.get("code"), "output": output, "answer_from": res.meta.get("answer_from"),
+                    "candidate": res.candidate})  # a consult: what the expert answered (the next call reads it)
     return out
 
 

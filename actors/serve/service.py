@@ -104,7 +104,9 @@ class OrchestraService:
             loop = copy.copy(self.loop)
             loop.engine = self.router(plan.task)
             route = getattr(loop.engine, "route", None)
-        if route is not None:  # router mode: one expert call, never a second (a failed call's error is the reply)
+        if route is not None and route.get("kind") == "cascade":  # the cascade router: its consults, then one end
+            loop.max_turns = len(route.get("models") or {}) or 3  # (the answer is the adopted or escalated one)
+        elif route is not None:  # router mode: one expert call, never a second (a failed call's error is the reply)
             loop.max_turns = 1
             if on_delta is not None and warm is None:  # in-process tools: the expert's text reaches the caller
                 loop.tools = _Relay(loop.tools, on_delta)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def build_service(settings: ServeSettings) -> OrchestraService:
     return OrchestraService(loop, list(cfg.zoo.tools), task_tiers(cfg), model_id=settings.model_id,
                             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                             max_tokens_limit=settings.max_tokens_limit,
-                            router=router_engine(settings, tok, eos, task_tiers(cfg)),
+                            router=router_engine(settings, tok, eos, task_tiers(cfg), list(cfg.zoo.tools)),
                             # only the model reads hints: router policies would embed each request twice
                             annotate=hint_attacher(settings) if a.route_hints and settings.policy == "model" else None)
 
@@ -94,11 +95,13 @@ def hint_attacher(settings: ServeSettings) -> Any:
     return EstimatorRouter.load(found, embed_texts).attach_hints
 
 
-def router_engine(settings: ServeSettings, tok: Any, eos: list[int], tiers: dict[str, str] | None = None) -> Any:
+def router_engine(settings: ServeSettings, tok: Any, eos: list[int], tiers: dict[str, str] | None = None,
+                  tools: Sequence[str] = ()) -> Any:
     """policy=estimator: task -> a scripted engine playing the route the estimator router (saved by an
     expected-value warm start in `<run dir>/router/`) picks under the request's preference; policy=router: one
-    `answer` call of the tier it picks (EstimatorRouter.single_caller); None for the model. `tiers`: the served
-    tier -> expert mapping."""
+    `answer` call of the tier it picks, or, where the served `tools` include consult and submit and the router was
+    fitted with adaptive plans, one of those when it rates higher (EstimatorRouter.single_caller); None for the
+    model. `tiers`: the served tier -> expert mapping."""
     if settings.policy == "model":
         return None
     from orchestra.engine.scripted import script_engine
@@ -113,7 +116,10 @@ def router_engine(settings: ServeSettings, tok: Any, eos: list[int], tiers: dict
                          "(make train does) or set router=<run dir>")
     router = EstimatorRouter.load(found, embed_texts)
     if settings.policy == "router":
-        return router.single_caller(tok, eos[0], tiers, settings.router_tiers, settings.router_threshold)
+        # the cascade router where the served catalogue lets it read answers (consult + submit)
+        adaptive = {"consult", "submit"} <= set(tools)
+        return router.single_caller(tok, eos[0], tiers, settings.router_tiers, settings.router_threshold,
+                                    cascades=adaptive)
     return lambda task: script_engine(tok, router.script(task), eos[0])
 
 

@@ -103,7 +103,7 @@ class EstimatorRouter:
         cols = [self.estimator.index[p.name] for p in plans]
         mine = Expected(exp.p_correct[:, cols], exp.cost_usd[:, cols], exp.latency_s[:, cols])
         ev = expected_reward(mine, plans, task.pref, self.cost_scale, self.latency_scale)[0]
-        tiers = [p.calls[-1][1] for p in plans]
+        tiers = [p.name for p in plans]  # a single call's plan is named by its tier; a cascade by its rule
         estimates = {t: {"p_correct": float(mine.p_correct[0, j]), "cost_usd": float(mine.cost_usd[0, j]),
                          "latency_s": float(mine.latency_s[0, j]), "expected_reward": float(ev[j])}
                      for j, t in enumerate(tiers)}
@@ -116,28 +116,39 @@ class EstimatorRouter:
                           float(threshold))
 
     def single_caller(self, tokenizer: Any, eos_token_id: int, served: dict[str, str] | None = None,
-                      tiers: Sequence[str] = (), threshold: float | None = None) -> Callable[[Task], Any]:
+                      tiers: Sequence[str] = (), threshold: float | None = None, cascades: bool = False
+                      ) -> Callable[[Task], Any]:
         """task -> a scripted engine making the one call `pick_single` chooses among `tiers` (all single-call
-        tiers when empty); the engine's `route` holds the choice and every candidate's estimates, with the
-        expert each tier maps to (the response's `orchestra.router` in Serve). Refuses (ValueError, naming it)
-        a tier this router has no plan for or the caller does not serve (`served`: tier -> expert)."""
+        tiers when empty), or, with `cascades`, playing one of the router's adaptive plans when one rates higher
+        (the cascade router: consult two cheap experts, escalate when they disagree; needs consult and submit
+        served); the engine's `route` holds the choice and every candidate's estimates, with the expert each tier
+        maps to (the response's `orchestra.router` in Serve). Refuses (ValueError, naming it) a tier this router has
+        no plan for or the caller does not serve (`served`: tier -> expert)."""
         from orchestra.engine.scripted import script_engine
+        from orchestra.routing.cascade import is_cascade, script_of
 
         plans = self.single_call_plans(tiers)
+        if cascades and threshold is None:  # the adaptive plans this router was fitted with, on served tiers only
+            plans += [p for p in self.estimator.plans if is_cascade(p.name)
+                      and (served is None or all(t in served for _, t in p.calls))]
         unserved = [p.calls[0][1] for p in plans if served is not None and p.calls[0][1] not in served]
         if unserved:
             raise ValueError(f"router tier(s) {unserved} are not served here (served: {sorted(served or {})}); "
                              "bind them (experts=FILE) or choose others with router_tiers=[...]")
         if threshold is not None and len(plans) != 2:
             raise ValueError(f"a router threshold needs two tiers [strong, weak], got {len(plans)}")
-        by_tier = {p.calls[0][1]: p for p in plans}
+        by_name = {p.name: p for p in plans}
 
         def engine(task: Task) -> Any:
             pick, mapping = self.pick_single(task, plans, threshold), task.model_mapping
-            out = script_engine(tokenizer, by_tier[pick.tier].texts(), eos_token_id)
+            plan = by_name[pick.tier]
+            out = script_engine(tokenizer, script_of(plan), eos_token_id)
             out.route = {"tier": pick.tier, "model": mapping.get(pick.tier), "rule": pick.rule,
                          "threshold": pick.threshold, "margin": pick.margin,
                          "candidates": [{"tier": t, "model": mapping.get(t), **e} for t, e in pick.estimates.items()]}
+            if is_cascade(plan.name):  # an adaptive plan: its experts; what it did is in the trace (consults, then
+                # submit or an escalating answer call)
+                out.route.update(kind="cascade", models={t: mapping.get(t) for _, t in plan.calls})
             return out
 
         return engine

@@ -241,3 +241,62 @@ def test_a_served_policy_trained_on_route_hints_reads_its_runs_router(router, tm
     # the same estimates, read under each request's preference: the strong tier first, the cheap one last
     assert shown["accuracy-first"].endswith("): answer answer-1.")
     assert shown["cost-first"].endswith("): answer answer-2.")
+
+
+# ---------------------------------------------------------------- the cascade router (issue 51)
+CASCADE_TIERS = {"answer-1": "big", "answer-2": "small", "answer-3": "mid"}
+
+
+@pytest.fixture(scope="module")
+def cascade_router() -> EstimatorRouter:
+    """The toy plus a mid tier and the cascade small&mid>big: right 0.93 on hard questions at a tenth of big's $."""
+    import random
+
+    from orchestra.routing.estimator import RouteEstimator, TaskFeatures
+    from orchestra.routing.plans import Outcome, Plan
+
+    rng = random.Random(0)
+    plans = [Plan(t, (("answer", t),)) for t in ("answer-1", "answer-2", "answer-3")]
+    plans.append(Plan("answer-2&answer-3>answer-1", (("consult", "answer-2"), ("consult", "answer-3"),
+                                                     ("answer", "answer-1"))))
+    right = {"answer-1": (0.95, 0.95), "answer-2": (0.9, 0.3), "answer-3": (0.9, 0.5),
+             "answer-2&answer-3>answer-1": (0.93, 0.93)}
+    cost = {"answer-1": 0.02, "answer-2": 0.0001, "answer-3": 0.0005, "answer-2&answer-3>answer-1": 0.002}
+    tasks = [Task(id=f"c{i}", problem=f"{'easy' if i % 2 == 0 else 'hard'} question {i}", answer="x")
+             for i in range(300)]
+    outcomes = [Outcome(t.id, p.name, rng.random() < right[p.name][t.problem.startswith("hard")], cost[p.name], 1.0)
+                for t in tasks for p in plans]
+    feats = TaskFeatures(embed)
+    est = RouteEstimator(plans, C=10.0, select=False).fit(feats(tasks), [t.id for t in tasks], outcomes)
+    return EstimatorRouter(est, feats, cost_scale=0.01, latency_scale=10.0)
+
+
+async def test_the_cascade_router_consults_two_and_escalates_only_on_disagreement(cascade_router, fake):
+    from tools.orchestra_tools import ConsultTool, SubmitTool
+
+    tok = ByteTokenizer()
+    experts = {name: OpenAIExpert(name, model, PriceTable(), base_url=fake.url, retries=1, backoff_s=0.01,
+                                  timeout_s=5.0, max_tokens=64)
+               for name, model in (("big", "gpt-5"), ("small", "gpt-5-mini"), ("mid", "gpt-4.1-mini"))}
+    tools = {"answer": AnswerTool(experts, CASCADE_TIERS), "consult": ConsultTool(experts, CASCADE_TIERS),
+             "submit": SubmitTool(CASCADE_TIERS)}
+    loop = AgentLoop(ScriptedEngine(tok, ["unused"]), LocalToolClient(tools), Prompter(tok),
+                     eos_token_ids=[tok.eos_token_id], max_turns=4)
+    svc = OrchestraService(loop, list(tools), CASCADE_TIERS, router=cascade_router.single_caller(
+        tok, tok.eos_token_id, CASCADE_TIERS, cascades=True))
+    fake.script = [(200, REPLY, 0.0)]  # both cheap experts say 42: they agree, nothing escalates
+    agree = (await post(svc, ask(HARD, "accuracy-first"))).json()["orchestra"]
+    assert (agree["router"]["tier"], agree["router"]["kind"]) == ("answer-2&answer-3>answer-1", "cascade")
+    assert agree["router"]["models"] == {"answer-2": "small", "answer-3": "mid", "answer-1": "big"}
+    assert [s["tool"] for s in agree["trace"]] == ["consult", "consult", "submit"]
+    assert [s["candidate"] for s in agree["trace"][:2]] == ["42", "42"]
+    assert [r["model"] for r in fake.requests] == ["gpt-5-mini", "gpt-4.1-mini"]
+    fake.requests.clear()
+    fake.script = [(200, REPLY, 0.0), (200, "It is \\boxed{41}", 0.0), (200, REPLY, 0.0)]  # they differ: escalate
+    differ = (await post(svc, ask(HARD, "accuracy-first"))).json()["orchestra"]
+    assert [s["tool"] for s in differ["trace"]] == ["consult", "consult", "answer"]
+    assert [r["model"] for r in fake.requests] == ["gpt-5-mini", "gpt-4.1-mini", "gpt-5"]
+    assert differ["cost_usd"] > agree["cost_usd"]
+    # without consult / submit served, or under a threshold, the router keeps to single calls
+    single = cascade_router.single_caller(tok, tok.eos_token_id, CASCADE_TIERS)
+    assert single(task(HARD, "accuracy-first")).route.get("kind") is None
