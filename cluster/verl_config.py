@@ -15,6 +15,7 @@ separate_async's own constraints (verl/trainer/ppo/v1/trainer_separate_async.py:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,65 @@ def gpu_split(cfg: ExperimentConfig) -> dict[str, int]:
     return {"nnodes": 1, "gpus": v.gpus_per_node - half, "r_nnodes": 1, "r_gpus": half}
 
 
+def model_positions(cfg: ExperimentConfig) -> int:
+    """The policy's max_position_embeddings: `model.max_positions`, else the tiny config's, else a local checkpoint
+    dir's config.json. Unknown is a config error: vLLM refuses a longer max_model_len, and a context budget past
+    it would train on positions the model never saw."""
+    m = cfg.model
+    if m.max_positions > 0:
+        return int(m.max_positions)
+    if m.name == "tiny":
+        return int(m.tiny.max_position_embeddings)
+    path = Path(m.name).expanduser() / "config.json"
+    if path.is_file():
+        data = json.loads(path.read_text())
+        found = data.get("max_position_embeddings") or (data.get("text_config") or {}).get("max_position_embeddings")
+        if found:
+            return int(found)
+    raise ConfigError(f"model.max_positions: set it to {m.name!r}'s max_position_embeddings (its config.json): the "
+                      "verl backend caps prompt, response and vLLM's max_model_len at it")
+
+
+def context_lengths(cfg: ExperimentConfig) -> dict[str, int]:
+    """Token lengths on this backend, all within the model's positions P. The agent loop's budget per sequence is
+    `context` = min(agent.max_context_tokens, P) (the loop reads it as min(max_context_tokens, prompt_length)).
+    reprompt: every turn's prompt fits `prompt` = context, so verl never cuts one (it keeps a prompt's tail: the
+    system turn would be lost); `response` = sampling.max_tokens. transcript: one sequence of at most `context`
+    tokens, its first prompt and the rest each at most `context`. vLLM's max_model_len covers `context`."""
+    a, s = cfg.agent, cfg.sampling
+    positions = model_positions(cfg)
+    context = min(a.max_context_tokens, positions)
+    response = context if a.context_mode == "transcript" else min(s.max_tokens, context)
+    return {"positions": positions, "context": context, "prompt": context, "response": response,
+            "max_model_len": min(max(cfg.engine.max_model_len, context), positions)}
+
+
+def mini_batch_prompts(cfg: ExperimentConfig) -> int:
+    """`actor.ppo_mini_batch_size`, in prompts (verl multiplies it by rollout.n). Decided (issue 47, F3): one
+    optimizer step per RL step, as the local learner takes. In reprompt mode every turn is a row, and verl cuts a
+    step's rows into mini-batches of ppo_mini_batch_size x n rows, one Adam step each: sized in prompts, a step of
+    T-turn episodes took T steps, the later ones off-policy. Sized in turns (prompts x max_turns), all of a step's
+    rows fit one mini-batch; verl pads the step to it with empty rows (no loss, 128 tokens each). separate_async
+    cannot: verl asserts train_batch_size == parameter_sync_step x ppo_mini_batch_size there."""
+    al, a = cfg.algo, cfg.agent
+    if a.context_mode == "reprompt" and cfg.verl.trainer_mode != "separate_async":
+        return al.prompts_per_step * a.max_turns
+    return al.prompts_per_step
+
+
+def updates_line(cfg: ExperimentConfig) -> str:
+    """What one RL step does to the optimizer, printed by the dry run and at the job's start."""
+    al, a = cfg.algo, cfg.agent
+    mini = mini_batch_prompts(cfg)
+    if a.context_mode == "reprompt" and mini == al.prompts_per_step:
+        return (f"verl updates: about T optimizer steps per RL step, T = the step's mean turns per episode "
+                f"(separate_async: actor.ppo_mini_batch_size = prompts_per_step = {mini}); the later ones off-policy")
+    rows = mini * al.group_size
+    return (f"verl updates: {al.ppo_epochs} optimizer step(s) per RL step (actor.ppo_mini_batch_size = {mini} prompts"
+            + (f" = {al.prompts_per_step} x agent.max_turns {a.max_turns}: every turn of the step in one mini-batch "
+               f"of {rows} rows, padded with empty rows" if mini != al.prompts_per_step else "") + ")")
+
+
 def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> list[str]:
     """Hydra overrides for verl's ppo_trainer.yaml, one `key=value` each (new keys carry a leading +)."""
     a, al, s, v = cfg.agent, cfg.algo, cfg.sampling, cfg.verl
@@ -118,13 +178,15 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         raise ConfigError(f"engine.kind: the verl backend rolls out with vllm, got {cfg.engine.kind!r}")
     if v.trainer_mode not in MODES:
         raise ConfigError(f"verl.trainer_mode: {' | '.join(MODES)}, got {v.trainer_mode!r}")
+    if v.nccl_timeout_s <= 0:
+        raise ConfigError(f"verl.nccl_timeout_s: seconds > 0, got {v.nccl_timeout_s!r}")
     if cpu and v.trainer_mode == "separate_async":
         raise ConfigError("verl.trainer_mode: separate_async does not run on verl.platform=cpu (no CPU checkpoint "
                           "engine); use sync or colocate_async")
     refuse_unhonoured(cfg)
     stage, out = stage_dir(cfg), output_dir(cfg)
-    prompt_len = a.max_context_tokens
-    response_len = a.max_context_tokens if a.context_mode == "transcript" else s.max_tokens
+    lengths = context_lengths(cfg)
+    prompt_len, response_len = lengths["prompt"], lengths["response"]
     gpus = gpu_split(cfg)
     group_reward = rubric_of(cfg.reward.rubric).grouped
     # the embedded policies and a warm-started one are written as HF dirs by the job itself (cluster/verl_stage.py)
@@ -143,7 +205,7 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         # remove-padding packs sequences for flash-attn's varlen kernels; with sdpa (CPU) it is off
         f"{ar}.model.use_remove_padding={not cpu}",
         f"{ar}.actor.strategy=fsdp", f"{ar}.actor.optim.lr={al.lr}", f"{ar}.actor.optim.weight_decay={al.weight_decay}",
-        f"{ar}.actor.optim.clip_grad={al.grad_clip}", f"{ar}.actor.ppo_mini_batch_size={al.prompts_per_step}",
+        f"{ar}.actor.optim.clip_grad={al.grad_clip}", f"{ar}.actor.ppo_mini_batch_size={mini_batch_prompts(cfg)}",
         f"{ar}.actor.ppo_micro_batch_size_per_gpu={al.micro_batch_size}", f"{ar}.actor.use_dynamic_bsz=True",
         f"{ar}.actor.ppo_max_token_len_per_gpu={max(prompt_len + response_len, 16384)}",
         f"{ar}.actor.ppo_epochs={al.ppo_epochs}", f"{ar}.actor.clip_ratio_low={al.clip_ratio_low}",
@@ -151,13 +213,17 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         f"{ar}.actor.loss_agg_mode={al.loss_agg_mode}", f"{ar}.actor.entropy_coeff=0",
         f"{ar}.actor.use_kl_loss=True", f"{ar}.actor.kl_loss_type={al.kl_type}", f"{ar}.actor.kl_loss_coef={al.kl_coef}",
         f"{ar}.ref.log_prob_micro_batch_size_per_gpu={al.micro_batch_size}",
+        # FSDP shards within a node and replicates across nodes (HSDP): a layer's all-gather never leaves the node
+        f"{ar}.actor.fsdp_config.fsdp_size={gpus['gpus']}", f"{ar}.ref.fsdp_config.fsdp_size={gpus['gpus']}",
+        # verl reads it nowhere on this path; actors/verl_plugins/process_group.py applies verl.nccl_timeout_s
+        f"{ar}.nccl_timeout={int(v.nccl_timeout_s)}",
         # rollout: vLLM replicas (cpuhf on CPU), G sessions per prompt, our agent loop
         f"{ar}.hybrid_engine={gpus['r_nnodes'] == 0}",
         f"{ar}.rollout.name={'cpuhf' if cpu else 'vllm'}", f"{ar}.rollout.mode=async", f"{ar}.rollout.n={al.group_size}",
         f"{ar}.rollout.nnodes={gpus['r_nnodes']}", f"{ar}.rollout.n_gpus_per_node={gpus['r_gpus']}",
         f"{ar}.rollout.tensor_model_parallel_size={v.tensor_parallel}",
         f"{ar}.rollout.gpu_memory_utilization={cfg.engine.gpu_memory_utilization}",
-        f"{ar}.rollout.max_model_len={max(cfg.engine.max_model_len, prompt_len + response_len)}",
+        f"{ar}.rollout.max_model_len={lengths['max_model_len']}",
         f"{ar}.rollout.temperature={s.temperature}", f"{ar}.rollout.top_p={s.top_p}",
         f"{ar}.rollout.top_k={s.top_k if s.top_k > 0 else -1}", f"{ar}.rollout.calculate_log_probs=True",
         f"{ar}.rollout.log_prob_micro_batch_size_per_gpu={al.micro_batch_size}",

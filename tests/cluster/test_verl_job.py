@@ -74,7 +74,7 @@ def test_overrides_fit_verls_config_schema(h100):
     rollout = omega_conf_to_dataclass(ar.rollout)
     assert isinstance(rollout, RolloutConfig) and rollout.multi_turn.max_assistant_turns == 30
     actor = omega_conf_to_dataclass(ar.actor)
-    assert isinstance(actor, FSDPActorConfig) and actor.ppo_mini_batch_size == 18
+    assert isinstance(actor, FSDPActorConfig) and actor.ppo_mini_batch_size == 18 * 30  # in turns (F3)
     # (HFModelConfig is left out: building it reads the model's own config from the hub)
     with pytest.raises(Exception, match="no_such_key"):
         compose(h100[1] + ["actor_rollout_ref.rollout.no_such_key=1"])

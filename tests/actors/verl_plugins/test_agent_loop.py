@@ -224,6 +224,24 @@ async def test_engine_failure_still_yields_a_masked_output():
         assert np.array([t[key] for t in tags], dtype=int).tolist() == [row(task)["global_steps"]]
 
 
+async def test_a_prompt_never_outgrows_prompt_length():
+    """The loop's budget is agent.max_context_tokens within verl's prompt_length. On 64e2e69 it was prompt_length +
+    response_length: a reprompt turn's prompt past prompt_length was generated from, then cut from its head (the
+    system turn) in the output verl trains on, so the trained log-probs were not the rollout's."""
+    tok = ByteTokenizer()
+    task = make_task(2, tools=["search", "answer"], problem="What is 2 + 2? " + "Context. " * 480)  # ~4.4k tokens
+    server = FakeServer(tok, {"0": [call_text("answer", answer="4")]})
+    loop = make_loop(BASE + ["reward=scalar", "agent.max_context_tokens=5000"], server, answer_tools())
+    outs = await loop.run(dict(SAMPLING), **row(task))
+    assert all(len(c["prompt_ids"]) <= PROMPT_LEN for c in server.calls)
+    assert not server.calls and outs[-1].extra_fields["termination"] == "context"
+    short = make_task(3, tools=["search", "answer"])
+    server = FakeServer(tok, {"0": [call_text("answer", answer="6")]})
+    (out,) = await make_loop(BASE + ["reward=scalar", "agent.max_context_tokens=5000"], server,
+                             answer_tools()).run(dict(SAMPLING), **row(short))
+    assert out.prompt_ids == server.calls[0]["prompt_ids"]  # what the rollout saw is what verl trains on
+
+
 async def test_tool_calls_are_bounded_in_time_and_characters():
     slow = FakeTool("search", latency_s=30.0, sleep=True)
     chatty = FakeTool("answer", reply="x" * 5000)

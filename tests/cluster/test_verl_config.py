@@ -1,0 +1,121 @@
+"""What the verl launcher's config does to verl 0.9.1's trainer, checked with verl's own code on CPU (issue 47):
+how many optimizer steps one RL step takes (F3), context lengths within the model's positions (F4), FSDP sharded
+within a node and a process-group timeout that verl actually applies (F8)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("hydra")
+
+from cluster.verl_config import compose, context_lengths, updates_line, verl_overrides  # noqa: E402
+from cluster.verl_job import platform_env  # noqa: E402
+from orchestra.config import ConfigError, load_config  # noqa: E402
+
+H100 = ["experiment=h100_2x8"]
+
+
+def composed(over: list[str]):
+    cfg = load_config(over)
+    return cfg, compose(verl_overrides(cfg, over))
+
+
+def adam_steps(c, rows: int, dp: int) -> int:
+    """Optimizer steps verl's V1 trainer takes for a step of `rows` outputs: it pads the batch to a multiple of
+    PPOTrainer._get_required_batch_multiple (padding_utils.upsample_batch_to_divisible_size), then the actor cuts
+    it into mini-batches of ppo_mini_batch_size x n rows, one optimizer step each, ppo_epochs times
+    (v1/trainer_base.py _update_actor; engine_workers.py update_actor)."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    trainer = SimpleNamespace(config=c, use_critic=False, global_steps=1)
+    multiple = PPOTrainer._get_required_batch_multiple(trainer, dp)
+    padded = math.ceil(rows / multiple) * multiple
+    mini = c.actor_rollout_ref.actor.ppo_mini_batch_size * c.actor_rollout_ref.rollout.n
+    return padded // mini * c.actor_rollout_ref.actor.ppo_epochs
+
+
+@pytest.mark.parametrize("mode", ["sync", "colocate_async"])
+def test_one_optimizer_step_per_rl_step_whatever_the_turns(mode):
+    """Reprompt emits one row per turn. On 64e2e69 (mini-batch = prompts_per_step) a step of 4-turn episodes took
+    4 Adam steps on h100_2x8, the later ones off-policy; the local learner takes one."""
+    cfg, c = composed(H100 + [f"verl.trainer_mode={mode}"])
+    episodes = cfg.algo.prompts_per_step * cfg.algo.group_size
+    for turns in (1, 4, cfg.agent.max_turns):
+        assert adam_steps(c, episodes * turns, dp=16) == 1, turns
+    assert "1 optimizer step(s) per RL step" in updates_line(cfg)  # printed by the dry run and the job
+
+
+def test_separate_async_keeps_verls_constraint_and_says_so():
+    cfg, c = composed(H100 + ["verl.trainer_mode=separate_async"])
+    assert c.actor_rollout_ref.actor.ppo_mini_batch_size == cfg.algo.prompts_per_step  # verl asserts it there
+    assert "about T optimizer steps per RL step" in updates_line(cfg)
+
+
+def test_transcript_lengths_stay_within_the_models_positions():
+    """On 64e2e69 transcript mode asked vLLM for max_model_len 48000 on Qwen3-8B (40960 positions: vLLM refuses to
+    start) and gave the agent loop 48000 tokens of budget instead of agent.max_context_tokens."""
+    cfg, c = composed(H100 + ["agent.context_mode=transcript", "agent.max_context_tokens=32000"])
+    r = c.actor_rollout_ref.rollout
+    assert cfg.model.max_positions == 40960  # conf/model/qwen3_8b.yaml: config.json's max_position_embeddings
+    assert r.max_model_len <= 40960 and r.prompt_length <= 40960 and r.response_length <= 40960
+    assert min(cfg.agent.max_context_tokens, r.prompt_length) == 32000  # the loop's budget (agent_loop.run)
+    cfg, c = composed(H100 + ["agent.context_mode=transcript", "agent.max_context_tokens=60000"])
+    assert c.actor_rollout_ref.rollout.max_model_len == 40960 and context_lengths(cfg)["context"] == 40960
+
+
+def test_reprompt_prompts_fit_prompt_length():
+    cfg, c = composed(H100)
+    r = c.actor_rollout_ref.rollout
+    # the loop's budget per turn is at most prompt_length: verl never cuts a prompt's head (its system turn)
+    assert min(cfg.agent.max_context_tokens, r.prompt_length) <= r.prompt_length == cfg.agent.max_context_tokens
+    assert r.response_length == cfg.sampling.max_tokens and r.max_model_len == cfg.engine.max_model_len
+
+
+def test_unknown_positions_are_a_config_error_naming_the_key(tmp_path):
+    with pytest.raises(ConfigError, match="model.max_positions"):
+        context_lengths(load_config(H100 + ["model.name=some-org/unknown-model", "model.max_positions=0"]))
+    (tmp_path / "config.json").write_text('{"text_config": {"max_position_embeddings": 2048}}')
+    cfg = load_config(H100 + [f"model.name={tmp_path}", "model.max_positions=0"])
+    assert context_lengths(cfg)["context"] == 2048  # read from a local checkpoint's config
+
+
+def test_fsdp_shards_within_a_node():
+    """2 x 8 GPUs: HSDP, shards of 8 inside a node (a layer's all-gather stays on NVLink), replicas across nodes;
+    on 64e2e69 fsdp_size was -1 (one shard group of 16 ranks over the inter-node network)."""
+    _, c = composed(H100)
+    ar = c.actor_rollout_ref
+    assert ar.actor.fsdp_config.fsdp_size == ar.ref.fsdp_config.fsdp_size == 8
+    _, c = composed(H100 + ["verl.nnodes=1"])
+    assert c.actor_rollout_ref.actor.fsdp_config.fsdp_size == 8  # one node: plain FSDP (fsdp_size >= world)
+
+
+def test_process_group_timeout_reaches_verls_workers():
+    """verl's workers create their process group with timeout None (engine_workers.py:89) and read
+    actor_rollout_ref.nccl_timeout nowhere: on 64e2e69 torch's 10-minute default applied whatever was set. Here
+    verl's own initialize_global_process_group_ray runs in a fresh interpreter with the job's env."""
+    cfg, c = composed(H100)
+    assert c.actor_rollout_ref.nccl_timeout == int(cfg.verl.nccl_timeout_s) == 1800
+    env = platform_env(cfg)
+    assert "actors.verl_plugins.process_group" in env["VERL_USE_EXTERNAL_MODULES"].split(",")
+    code = """
+import os, datetime, torch.distributed as dist
+seen = {}
+dist.init_process_group = lambda *a, timeout=None, **k: seen.update(timeout=timeout)
+import verl  # imports VERL_USE_EXTERNAL_MODULES, as every verl process does
+from verl.utils.distributed import initialize_global_process_group_ray
+initialize_global_process_group_ray(timeout_second=None, backend="gloo")
+assert seen["timeout"] == datetime.timedelta(seconds=1800), seen
+initialize_global_process_group_ray(timeout_second=60, backend="gloo")
+assert seen["timeout"] == datetime.timedelta(seconds=60), seen  # an explicit timeout is kept
+print("ok")
+"""
+    import os
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
+                       env={**os.environ, **env})
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
