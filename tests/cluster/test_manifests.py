@@ -280,8 +280,15 @@ def test_rayservice():
 
     settings = settings_from_dict(app["args"])  # the args are valid ServeSettings
     assert settings.api_keys == [] and settings.api_keys_env == "ORCHESTRA_API_KEYS"
-    load_config([f"experiment={settings.experiment}", *settings.overrides])
+    cfg = load_config([f"experiment={settings.experiment}", *settings.overrides])
     assert_on_shared_storage(s, settings.checkpoint)  # the merged model, on the claim the job wrote
+    # real experts (on 64e2e69 h100_2x8's simulated zoo answered users): every trained tier bound to an endpoint
+    from actors.serve.binding import bind_experts
+
+    assert settings.experts.startswith(f"{PROJECT}/")  # the file the image carries
+    served = bind_experts(cfg, CLUSTER.parent / settings.experts.removeprefix(f"{PROJECT}/"))
+    assert cfg.zoo.name == "sim" and {e.kind for e in served.zoo.experts.values()} == {"openai"}
+    assert "REAL experts" in header("kuberay/rayservice.yaml")
 
 
 def test_rayservice_passes_ray_serves_schema():
