@@ -124,8 +124,19 @@ def corpus_text() -> str:
     tiers = sorted(set(tiers)) or ["answer-1"]
     for tier in tiers:
         name = tier.rsplit("-", 1)[0].replace("reasoner", "enhance_reasoning").replace("answer-math", "answer")
-        for tool in dict.fromkeys([name, "answer"]):  # ordered: a set's order varies per process
+        adaptive = ["consult", "submit"] if name == "answer" else []  # orchestra/agent/consults.py
+        for tool in dict.fromkeys([name, "answer", *adaptive]):  # ordered: a set's order varies per process
             parts.append(f'<tool_call>{{"name": "{tool}", "arguments": {{"model": "{tier}"}}}}</tool_call>')
+    answer_tiers = [t for t in tiers if t.startswith("answer")] or tiers
+    for _ in range(10):  # the level words stay one token each (route hints: fixed-length lines; preference words)
+        for word in ("high", "medium", "low", "minimal"):
+            parts.append(f"Router (odds {word}): answer {rng.choice(answer_tiers)}.")
+        for word in ("none", "minimal", "low", "medium", "high", "top"):
+            parts.append(f"Priorities: cost {word}, latency {word}.")
+    for _ in range(40):  # the prompt's section of consulted answers (letters, numbers)
+        seen = rng.sample(answer_tiers, min(2, len(answer_tiers)))
+        parts.append("Expert answers:\n" + "\n".join(f"{t}: {rng.choice(['A', 'B', 'C', 'D', str(rng.randint(0, 99))])}"
+                                                       for t in seen))
     for _ in range(300):
         a, b = rng.randint(0, 9999), rng.randint(0, 999)
         op = rng.choice("+-*/")
