@@ -24,7 +24,9 @@ from orchestra.types import Task
 
 FAMILIES = ("arith", "lookup", "reasoning", "code")
 SPLITS = ("train", "heldout")
-ORCHESTRATOR_TOOLS = ["search", "enhance_reasoning", "answer"]
+# a task's catalogue; a zoo that lacks one of them simply does not offer it (tools/base.LocalToolClient.schemas).
+# consult / submit: adaptive plans that read what an expert answered (orchestra/agent/consults.py)
+ORCHESTRATOR_TOOLS = ["search", "enhance_reasoning", "answer", "consult", "submit"]
 _HELDOUT_BYTE = 52  # sha1 first byte < 52 -> heldout (52/256 ~ 20%)
 
 

@@ -105,3 +105,17 @@ def test_replay_zoo_consults_real_recorded_answers_and_judges_a_submit_by_its_re
     assert traj.answer == rec["flash"].pred
     verdict = asyncio.run(judge("recorded", traj.answer, task.answer, traj=traj))
     assert verdict.correct == rec["flash"].correct  # flash's recorded verdict, not pro's
+
+
+def test_loaded_tasks_are_offered_consult_and_submit_where_the_zoo_has_them():
+    """A task's catalogue names the orchestrator's tools; the client offers those its zoo has. The MMLU-Pro loader's
+    tasks once named only search / enhance_reasoning / answer, so a replay zoo with consult never offered it."""
+    from orchestra.data.synth.template import generate_tasks
+
+    task = generate_tasks(1, seed=0).tasks[0]
+    names = [s["function"]["name"] for s in LocalToolClient(build_tools(load_config([]).zoo, list(
+        load_config([]).zoo.tools))).schemas(task)]
+    assert {"consult", "submit", "answer"} <= set(names)
+    replay = load_config(["experiment=mmlu_pro_replay"]).zoo
+    offered = {n for n in ("answer", "consult", "submit") if n in task.tools and n in replay.tools}
+    assert offered == {"answer", "consult", "submit"}

@@ -48,7 +48,7 @@ def test_fields_and_families(train):
         fam = t.meta["family"]
         assert t.data_source == f"synthetic/{fam}" and t.category == "qa"
         assert t.meta["difficulty"] in (1, 2, 3)
-        assert t.tools == ["search", "enhance_reasoning", "answer"]
+        assert t.tools == ["search", "enhance_reasoning", "answer", "consult", "submit"]
         assert t.model_mapping == TIERS
         assert 0 < len(t.problem) < 200 and t.answer
         assert t.meta["distractors"] and t.answer not in t.meta["distractors"]
