@@ -4,9 +4,9 @@ Usage: python bench/rl_control.py [seeds=2] [root=runs/rl_control] [KEY=VALUE ..
 cluster.train as config overrides, e.g. algo.steps=60 algo.lr=2e-4)
 
 Trains experiment=adaptive_control (conf/experiment/adaptive_control.yaml) once per seed: a warm start that consults
-gemini-1.5-flash and llama-3.1-70b on recorded MMLU-Pro questions and escalates to gemini-1.5-pro at random (not on
-what they answered), then GRPO paired over accuracy-first and cost-first. From each run's held-out evaluations after
-SFT and after RL (greedy, the same 200 questions; cluster/heldout.py `escalation`) it prints per preset
+two cheap simulated experts and escalates to gpt-5 at random (not on what they answered), then GRPO paired over
+accuracy-first and cost-first. From each run's held-out evaluations after SFT and after RL (greedy, the same 200
+tasks; cluster/heldout.py `escalation`) it prints per preset
 P(escalate | the two answers disagree) and P(escalate | they agree) before and after RL, and the held-out reward's
 change with a paired bootstrap 95 % interval (questions paired, seeds pooled, orchestra/eval/stats.py). RESULT lines:
   rl_control_escalation_gain   under accuracy-first, the rise of P(esc | disagree) - P(esc | agree) through RL
