@@ -66,6 +66,18 @@ class ToolServer:
     def ready(self) -> int:
         return os.getpid()
 
+    def sandbox_verdict(self) -> dict[str, Any] | None:
+        """The code sandbox as this tool will meet it, probed in this process on this node (the launcher's preflight
+        asks every code tool's server: the driver's host says nothing about another node's). None: no code here."""
+        import socket
+
+        backend = getattr(self.tool, "backend", None)
+        sandbox = getattr(self.tool, "sandbox", None) or getattr(backend, "sandbox", None)
+        if sandbox is None:
+            return None
+        return {"host": socket.gethostname(), "shortfall": sandbox.shortfall,
+                "allow_unconfined": bool(sandbox.allow_unconfined)}
+
     def schema(self, task: Task | None = None) -> dict[str, Any]:
         return self.tool.schema(task)
 
@@ -194,11 +206,14 @@ class ToolServer:
 
 def make_tool_server(name: str, zoo_cfg: dict[str, Any], *, num_cpus: float = 0.05, max_concurrency: int = 64,
                      max_restarts: int = 3, namespace: str | None = None, actor_name: str | None = None,
-                     queue_limit: int = 1024, **server_kwargs: Any) -> Any:
+                     queue_limit: int = 1024, resources: dict[str, float] | None = None, **server_kwargs: Any) -> Any:
     """Start a ToolServer actor named `tool:<name>`. Ray's own concurrency is max_concurrency + queue_limit so
-    queued calls wait inside the actor, where their queueing time is measured; `server_kwargs` go to ToolServer."""
+    queued calls wait inside the actor, where their queueing time is measured; `resources`: custom Ray resources
+    (which nodes may host it); `server_kwargs` go to ToolServer."""
     opts: dict[str, Any] = dict(name=actor_name or f"tool:{name}", num_cpus=num_cpus, max_restarts=max_restarts,
                                 max_task_retries=0, max_concurrency=max_concurrency + queue_limit)
+    if resources:
+        opts["resources"] = dict(resources)
     if namespace:
         opts["namespace"] = namespace
     return ray.remote(ToolServer).options(**opts).remote(zoo_cfg, name, max_concurrency=max_concurrency,
@@ -207,7 +222,7 @@ def make_tool_server(name: str, zoo_cfg: dict[str, Any], *, num_cpus: float = 0.
 
 def make_tool_servers(zoo_cfg: dict[str, Any], names: list[str] | None = None, *, ledger: Any = None,
                       namespace: str | None = None, build_kwargs: dict[str, Any] | None = None,
-                      name_suffix: str = "") -> tuple[dict[str, Any], Any]:
+                      name_suffix: str = "", resources: dict[str, float] | None = None) -> tuple[dict[str, Any], Any]:
     """One ToolServer per tool (default: zoo.tools) with the zoo's `server` settings; a spend ledger is made
     when zoo.spend_cap_usd is set and none is given. Returns ({tool name: handle}, ledger handle or None)."""
     server = dict(zoo_cfg.get("server") or {})
@@ -221,5 +236,5 @@ def make_tool_servers(zoo_cfg: dict[str, Any], names: list[str] | None = None, *
             max_restarts=server.get("max_restarts", 3), namespace=namespace, timeout_s=server.get("timeout_s", 60.0),
             retries=server.get("retries", 2), backoff_s=server.get("backoff_s", 0.2),
             rate_limit_per_s=server.get("rate_limit_per_s", 0.0), cache_size=server.get("cache_size", 0),
-            ledger=ledger, build_kwargs=build_kwargs, actor_name=f"tool:{name}{name_suffix}")
+            ledger=ledger, build_kwargs=build_kwargs, actor_name=f"tool:{name}{name_suffix}", resources=resources)
     return handles, ledger

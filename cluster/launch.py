@@ -73,8 +73,10 @@ def start_tool_servers(cfg: ExperimentConfig) -> dict[str, Any]:
     """One tool-server actor per tool of the zoo (+ a spend ledger when zoo.spend_cap_usd is set)."""
     from actors.tool_server import make_tool_servers
 
-    handles, _ledger = make_tool_servers(zoo_dict(cfg.zoo))
-    wait_ready(cfg, [h.ready.remote() for h in handles.values()], "tool servers")
+    handles, _ledger = make_tool_servers(zoo_dict(cfg.zoo), resources=cfg.cluster.tool_resources)
+    where = f" (cluster.tool_resources={cfg.cluster.tool_resources}: a node must offer them)" \
+        if cfg.cluster.tool_resources else ""
+    wait_ready(cfg, [h.ready.remote() for h in handles.values()], "tool servers" + where)
     return handles
 
 
@@ -160,12 +162,29 @@ def sandbox_preflight(cfg: ExperimentConfig) -> str | None:
     the zoo runs code."""
     if not set(CODE_TOOLS) & set(cfg.zoo.tools):
         return None
-    from tools.sandbox import FIX, Sandbox
+    from tools.sandbox import Sandbox
 
     sandbox = Sandbox.from_config(cfg.zoo.sandbox)
-    if not sandbox.shortfall:
+    return sandbox_line(sandbox.shortfall, sandbox.allow_unconfined, "")
+
+
+def sandbox_line(shortfall: str | None, allow_unconfined: bool, where: str) -> str | None:
+    """The preflight's verdict as one line: error (code would be refused), warning (weaker isolation) or None."""
+    from tools.sandbox import FIX
+
+    if not shortfall:
         return None
-    if sandbox.allow_unconfined:
-        return (f"warning: zoo.sandbox.allow_unconfined=true: model-written code runs with WEAKER isolation: "
-                f"{sandbox.shortfall}")
-    return f"error: the code sandbox would refuse to run model-written code: {sandbox.shortfall}. To fix: {FIX}"
+    if allow_unconfined:
+        return f"warning: zoo.sandbox.allow_unconfined=true: model-written code{where} runs with WEAKER isolation: " \
+               f"{shortfall}"
+    return f"error: the code sandbox{where} would refuse to run model-written code: {shortfall}. To fix: {FIX}"
+
+
+def sandbox_preflight_servers(cfg: ExperimentConfig, handles: dict[str, Any]) -> list[str]:
+    """The preflight where the code runs: every code tool's server probes its own sandbox, on its own node (a pod
+    may lack what the driver's host has, e.g. Kubernetes' `procMount: Unmasked`). One line per problem."""
+    names = [n for n in CODE_TOOLS if n in handles]
+    verdicts = wait_ready(cfg, [handles[n].sandbox_verdict.remote() for n in names], "the sandbox preflight")
+    lines = [sandbox_line(v["shortfall"], v["allow_unconfined"], f" of tool server {n!r} on {v['host']}")
+             for n, v in zip(names, verdicts, strict=True) if v]
+    return [line for line in lines if line]

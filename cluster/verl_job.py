@@ -125,14 +125,7 @@ def watchdog(seconds: float, what: str):
 
 def prepare_here(cfg: ExperimentConfig) -> ExperimentConfig:
     """The config the job's own actors run with: `search` on the staged corpus (never silently web search), the
-    reward barrier's deadline sized to the longest allowed episode. Refuses a sandbox that would refuse code."""
-    from cluster.launch import sandbox_preflight
-
-    line = sandbox_preflight(cfg)
-    if line and line.startswith("error"):
-        raise ConfigError(line)
-    if line:
-        print(line, file=sys.stderr)
+    reward barrier's deadline sized to the longest allowed episode."""
     zoo = cfg.zoo
     if not zoo.retriever.corpus:
         zoo = replace(zoo, retriever=replace(zoo.retriever, corpus=f"{stage_dir(cfg)}/corpus.jsonl"))
@@ -142,10 +135,17 @@ def prepare_here(cfg: ExperimentConfig) -> ExperimentConfig:
 def start_job_actors(cfg: ExperimentConfig) -> dict[str, Any]:
     """The job's named actors, each waited for under cluster.start_timeout_s (an actor that cannot be placed
     becomes an error naming the free resources, not a silent wait): `tool:<name>` servers, and `reward` for
-    grouped rubrics."""
-    from cluster.launch import start_reward_actor, start_tool_servers, wait_ready
+    grouped rubrics. Refuses, before any training, a code sandbox that would refuse code where a code tool's
+    server runs (its own node: cluster.tool_resources pins them, cluster/kuberay/rayjob.yaml's `tools` pods)."""
+    from cluster.launch import sandbox_preflight_servers, start_reward_actor, start_tool_servers, wait_ready
 
     actors: dict[str, Any] = {"tools": start_tool_servers(cfg)}
+    lines = sandbox_preflight_servers(cfg, actors["tools"])
+    errors = [line for line in lines if line.startswith("error")]
+    for line in lines:
+        print(line, file=sys.stderr)
+    if errors:
+        raise ConfigError(errors[0])
     if rubric_of(cfg.reward.rubric).grouped:
         actors["reward"] = start_reward_actor(cfg)
         wait_ready(cfg, [actors["reward"].totals.remote()], "the reward actor")

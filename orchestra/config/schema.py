@@ -473,6 +473,9 @@ class ClusterConfig:
     reward_cpus: float = 0.05
     max_restarts: int = 3
     start_timeout_s: float = 600.0  # actors not placed by then: a clear error, not an endless wait
+    # custom Ray resources each tool server of a training or verl job asks for: pins them to the nodes that offer
+    # them (the pods or hosts whose code sandbox can run: cluster/kuberay/rayjob.yaml's `tools` group); {}: anywhere
+    tool_resources: dict[str, float] = field(default_factory=dict)
     torch_threads: int = 0  # threads per learner / rollout process; 0: Ray's default (its num_cpus, at least 1)
     metrics_export_port: int = 0  # local cluster: the Prometheus export port (dashboard metrics); 0: Ray picks
 

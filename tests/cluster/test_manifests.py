@@ -211,7 +211,8 @@ def test_rayjob():
     assert argv[:4] == [v.python, "-m", "cluster.verl_job", "experiment=h100_2x8"] and argv[-1] == "--here"
     rc = spec["rayClusterSpec"]
     assert rc["authOptions"]["mode"] == "token" and rc["rayVersion"].startswith("2.60")
-    (group,) = rc["workerGroupSpecs"]
+    (group,) = [g for g in rc["workerGroupSpecs"]
+                if "nvidia.com/gpu" in g["template"]["spec"]["containers"][0]["resources"]["limits"]]
     gpus = int(group["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
     assert group["replicas"] * gpus == v.nnodes * v.gpus_per_node
 
@@ -245,6 +246,37 @@ def test_rayjob_output_dir_is_absolute_on_the_claim_every_pod_mounts():
     assert load_config(argv[3:-1]).verl.output_dir == out  # the entrypoint's overrides load as given
     assert_on_shared_storage(j, out)
     assert "ReadWriteMany" in header("kuberay/rayjob.yaml")  # the claim must be: every rank writes shards
+
+
+def start_resources(params: dict) -> dict[str, float]:
+    """The custom resources a KubeRay group's `ray start` offers (rayStartParams.resources: a quoted JSON string)."""
+    import json
+
+    raw = params.get("resources")
+    return json.loads(raw.strip().strip('"').replace('\\"', '"')) if raw else {}
+
+
+def test_rayjob_tool_servers_run_on_pods_whose_sandbox_can_mount_proc():
+    """On 64e2e69 no pod had procMount Unmasked (the sandbox's fresh /proc): the job's preflight refused at start,
+    and it probed only the driver's pod while tool servers could land on any."""
+    rc = load("kuberay/rayjob.yaml")["spec"]["rayClusterSpec"]
+    wanted = load_config(["experiment=h100_2x8"]).cluster.tool_resources
+    assert wanted, "h100_2x8 pins its tool servers (cluster.tool_resources)"
+    groups = [g for g in rc["workerGroupSpecs"] if set(wanted) & set(start_resources(g["rayStartParams"]))]
+    assert [g["groupName"] for g in groups] == ["tools"]
+    assert not set(wanted) & set(start_resources(rc["headGroupSpec"]["rayStartParams"]))
+    (tools,) = groups
+    assert all(start_resources(tools["rayStartParams"])[k] >= v * 100 for k, v in wanted.items())
+    pod = tools["template"]["spec"]
+    assert pod["hostUsers"] is False  # procMount Unmasked needs the pod's own user namespace
+    assert all(c["securityContext"]["procMount"] == "Unmasked" for c in pod["containers"])
+
+
+def test_ray_up_tool_servers_have_a_node():
+    c = load("ray-cluster.yaml")
+    wanted = load_config(["experiment=h100_2x8"]).cluster.tool_resources
+    offered = c["available_node_types"][c["head_node_type"]]["resources"]
+    assert all(offered.get(k, 0) >= v * 100 for k, v in wanted.items()), offered
 
 
 @pytest.mark.parametrize("name", KUBERAY)
