@@ -76,6 +76,13 @@ def result_lines(summary: dict) -> list[str]:
     lines = [f"RESULT {name}={summary[name]:.4f}" for name in RESULTS if name in summary]
     if "heldout_reward_gain_lo" in summary:
         lines.append(f"RESULT rl_gain_ci_low={summary['heldout_reward_gain_lo']:.4f}")
+    # with consult / submit: per preset, how often the policy escalated after two consults that disagreed / agreed
+    # (orchestra/eval/escalation.py), after RL; absent where no held-out episode consulted two experts first
+    for preset, figures in sorted((summary.get("after_rl") or {}).get("by_pref", {}).items()):
+        for case in ("disagree", "agree"):
+            value = figures.get(f"escalation_{case}")
+            if value is not None and value == value:  # nan: no such episode under this preset
+                lines.append(f"RESULT escalation_{case}_{preset.replace('-', '_')}={value:.4f}")
     return lines
 
 
