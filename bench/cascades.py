@@ -12,13 +12,17 @@ by seed). On the held-out questions, each figure from the recorded answers alone
   oracle       the cheapest model that was right, per question (an upper bound no router reaches);
   estimator    the one-shot estimator router (orchestra/routing/estimator.py; the one runs fit), fitted on `train`,
                under the three presets and a sweep of the cost weight (its accuracy-vs-$ curve);
+  family       the per-subject router (the best model per MMLU-Pro category on `train`), the same sweep;
   cascade      the cascade router: the same estimator over the one-shot plans plus the hand cascades that lie on the
                training questions' accuracy-vs-$ frontier (<= 8), each fitted as a plan (its P(correct), $ and
                seconds per question), picking per question under the preset; a chosen cascade then runs its rule.
-Printed per seed (INFO) and as means over seeds (RESULT): the best hand cascade at accuracy-first and its $ as a
+Printed per seed (INFO) and as means over seeds (RESULT): APGR on $ (every call's $, normalised between the cheapest
+and the priciest model) and RouteLLM's APGR on the priciest model's share of calls, of each router's sweep; the best
+hand cascade at accuracy-first and its $ as a
 share of the priciest model's; per preset the cascade router's accuracy and $ and its gap to the best baseline
 (every fixed model, every hand cascade, every point of the one-shot estimator's sweep) at no more than its $, with a
-paired bootstrap 95 % interval over held-out questions (RESULT cascade_router_gap_<preset>, _ci_low); its escalation
+paired bootstrap 95 % interval over held-out questions (RESULT cascade_router_gap_<preset>, _ci_low; the per-subject
+router's sweep counts among the baselines too); its escalation
 rates (P(escalate | the first two answers disagree), P(escalate | they agree)) over the questions it ran a pair
 cascade on. `plot=PATH` draws the first seed's frontier. `routers=false` skips the routers (no embedding: seconds).
 Question embeddings are cached in `cache` (default runs/bench/mmlu_pro_embeddings.npz): the first run embeds them.
@@ -124,8 +128,9 @@ def run_plan_choice(d: dict, rows: np.ndarray, plans: list, choice: np.ndarray) 
 
     col = {t: j for j, t in enumerate(d["tiers"])}
     n = len(rows)
+    strong = d["tiers"][int(np.argmax(d["cost"][rows].mean(0)))]  # the priciest model: RouteLLM's "strong"
     res = {"correct": np.zeros(n), "cost": np.zeros(n), "escalated": np.zeros(n, bool), "agreed": np.zeros(n, bool),
-           "pair": np.zeros(n, bool)}
+           "pair": np.zeros(n, bool), "strong": np.zeros(n, bool)}
     for k, p in enumerate(plans):
         sel = choice == k
         if not sel.any():
@@ -133,13 +138,29 @@ def run_plan_choice(d: dict, rows: np.ndarray, plans: list, choice: np.ndarray) 
         sub = rows[sel]
         if p.name in col:
             res["correct"][sel], res["cost"][sel] = d["correct"][sub, col[p.name]], d["cost"][sub, col[p.name]]
+            res["strong"][sel] = p.name == strong
             continue
         c = parse(p.name)
         r = evaluate(c, col, d["codes"][sub], d["correct"][sub], d["cost"][sub], d["latency"][sub])
         for key in ("correct", "cost", "escalated", "agreed"):
             res[key][sel] = r[key]
         res["pair"][sel] = c.kind != "no_answer"
+        res["strong"][sel] = (r["escalated"] & (c.final == strong)) | (strong in c.consult)
     return res
+
+
+def apgrs(d: dict, rows: np.ndarray, sweep: list[dict]) -> tuple[float, float]:
+    """(APGR on $, RouteLLM's APGR on the strong model's share of calls) of a router's sweep on `rows`
+    (orchestra/eval/yardstick.py): the first counts every call's $, the second only whether the priciest model
+    was called, which flatters cascades (their cheap calls cost nothing there)."""
+    from orchestra.eval.yardstick import points_curve, usd_curve
+
+    mean_cost, acc = d["cost"][rows].mean(0), d["correct"][rows].mean(0)
+    s, c = int(np.argmax(mean_cost)), int(np.argmin(mean_cost))
+    usd = usd_curve([(r["cost"].mean(), r["correct"].mean()) for r in sweep], (mean_cost[c], acc[c]),
+                    (mean_cost[s], acc[s]))
+    share = points_curve([(r["strong"].mean(), r["correct"].mean()) for r in sweep], acc[c], acc[s])
+    return usd.apgr, share.apgr
 
 
 def split(seed: int, n: int, train: int, heldout: int) -> tuple[np.ndarray, np.ndarray]:
@@ -153,6 +174,7 @@ def one_split(d: dict, seed: int, train: int, heldout: int, routers: bool, embed
     from orchestra.preferences import preset
     from orchestra.routing.cascade import as_plan, evaluate, hand_cascades
     from orchestra.routing.estimator import RouteEstimator, TaskFeatures, expected_reward
+    from orchestra.routing.family import FamilyRouter
     from orchestra.routing.holdout import USD_SWEEP
     from orchestra.routing.plans import Plan
 
@@ -187,13 +209,20 @@ def one_split(d: dict, seed: int, train: int, heldout: int, routers: bool, embed
     for name, plans in (("estimator", single), ("cascade", both)):
         est = RouteEstimator(plans, seed=seed).fit(Xtr, ids, outcomes_of(d, tr, plans), feats.n_meta, feats.n_stats)
         fitted[name] = (est.expected(Xte), plans)
-    exp, plans = fitted["estimator"]
-    for w in USD_SWEEP:  # the one-shot estimator's curve: baselines too
-        r = run_plan_choice(d, te, plans, expected_reward(exp, plans, {"accuracy": 1.0, "cost": w}, cs, ls).argmax(1))
-        base[f"estimator:cost={w:.3g}"] = (r["correct"], r["cost"])
-        out["points"][f"estimator:cost={w:.3g}"] = (r["cost"].mean(), r["correct"].mean())
+    fam = FamilyRouter(single).fit([d["tasks"][i] for i in tr], outcomes_of(d, tr, single))
+    fitted["family"] = (fam.expected([d["tasks"][i] for i in te]), single)
+    for name, (exp, plans) in fitted.items():  # each router's curve over the cost weight; all but ours are baselines
+        sweep = [run_plan_choice(d, te, plans, expected_reward(exp, plans, {"accuracy": 1.0, "cost": w}, cs,
+                                                               ls).argmax(1)) for w in USD_SWEEP]
+        out[f"apgr_usd_{name}"], out[f"apgr_share_{name}"] = apgrs(d, te, sweep)
+        for w, r in zip(USD_SWEEP, sweep, strict=True):
+            if name != "cascade":
+                base[f"{name}:cost={w:.3g}"] = (r["correct"], r["cost"])
+            out["points"][f"{name}:cost={w:.3g}"] = (r["cost"].mean(), r["correct"].mean())
     for pname in PRESETS:
         for name, (exp, plans) in fitted.items():
+            if name == "family":
+                continue
             r = run_plan_choice(d, te, plans, expected_reward(exp, plans, preset(pname), cs, ls).argmax(1))
             out["points"][f"{name}:{pname}"] = (r["cost"].mean(), r["correct"].mean())
             if name != "cascade":
@@ -219,8 +248,9 @@ def plot(res: dict, path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5.5))
     styles = {"fixed": ("s", "tab:gray", "one model"), "hand": (".", "tab:blue", "hand cascade"),
+              "family": ("x", "tab:green", "per-subject router (sweep)"),
               "estimator": ("+", "tab:orange", "one-shot estimator (presets, sweep)"),
-              "cascade": ("*", "tab:red", "cascade router (presets)")}
+              "cascade": ("*", "tab:red", "cascade router (presets, sweep)")}
     for kind, (marker, color, label) in styles.items():
         pts = [v for k, v in res["points"].items() if k.split(":")[0] == kind]
         ax.scatter([c * 100 for c, _ in pts], [a for _, a in pts], marker=marker, color=color, label=label,
@@ -278,6 +308,9 @@ def main(argv: list[str]) -> None:
             print(f"RESULT cascade_router_escalation_disagree_{key}={at(p, 'esc_disagree'):.3f}")
             print(f"RESULT cascade_router_escalation_agree_{key}={at(p, 'esc_agree'):.3f}")
         print(f"RESULT cascade_router_gap_min={min(at(p, 'gap') for p in PRESETS):.4f}")
+        for name in ("cascade", "estimator", "family"):
+            for kind in ("usd", "share"):
+                print(f"RESULT apgr_{kind}_{name}={float(np.mean([r[f'apgr_{kind}_{name}'] for r in runs])):.4f}")
 
 if __name__ == "__main__":
     main(sys.argv[1:])
