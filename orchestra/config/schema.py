@@ -530,8 +530,8 @@ class VerlConfig:
     tool_timeout_s: float = 120.0
     storage_units: int = 2  # TransferQueue SimpleStorage units; verl's default reserves 9 CPUs
     # sync | colocate_async share the GPUs (hybrid engine); separate_async gives rollout its own GPUs (needs the
-    # nccl checkpoint engine: cupy, the gpu extra). colocate_async is the default: it runs on CPU in CI too.
-    trainer_mode: str = "colocate_async"
+    # nccl checkpoint engine: cupy, the gpu extra). sync, the default, is on-policy (conf/backend/verl.yaml).
+    trainer_mode: str = "sync"
     overrides: list[str] = field(default_factory=list)  # extra raw Hydra overrides
     python: str = "/home/ray/orchestra/.venv/bin/python"  # the job's interpreter on the cluster (cluster/ kit)
     # where checkpoints, TensorBoard logs and the staged task files go: an absolute path every node shares (the

@@ -48,8 +48,8 @@ def test_overrides_compose_with_verls_config_and_validate(h100):
     assert ar.rollout.multi_turn.tokenization_sanity_check_mode == "ignore_strippable"
     assert ar.rollout.agent.default_agent_loop == "orchestra"
     assert c.transfer_queue.backend.SimpleStorage.num_data_storage_units == 2
-    # the default mode starts (it runs on CPU in CI): actor and rollout share all 16 GPUs
-    assert c.trainer.use_v1 and c.trainer.v1.trainer_mode == "colocate_async"
+    # on-policy as the local backend (issue 47 F9; it runs on CPU in CI): actor and rollout share all 16 GPUs
+    assert c.trainer.use_v1 and c.trainer.v1.trainer_mode == "sync"
     assert (c.trainer.nnodes, c.trainer.n_gpus_per_node, ar.hybrid_engine) == (2, 8, True)
     # the project's recipe: the warm-started policy (stage 1) under the output dir, paired presets kept adjacent,
     # the scalar rubric mean-centred through verl's reward function
