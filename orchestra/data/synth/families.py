@@ -2,15 +2,20 @@
 
 Each generator takes a `random.Random` and a difficulty (1..3) and returns a `Problem`: short text
 (< 200 chars), gold answer, plausible wrong answers, and for arith/code a Python snippet that prints the
-answer. Surface forms differ per family on purpose (arith: a person and objects, lookup: "Who/Where/Which",
-reasoning: "Puzzle:", code: "Code:") so a tiny policy can learn routing from the text.
+answer. Surface forms differ per family on purpose (arith: a person and objects, or a bare expression; lookup:
+"Who/Where/Which", reasoning: "Puzzle:", code: "Code:") so a tiny policy can learn routing from the text.
+Half the arith problems are bare expressions ("What is 17 * 23?", "Compute 45+12*3.", "84 / 7 = ?") asked in one of
+EXPR_FORMS' phrasings: people ask arithmetic that way, and a policy that only ever saw word problems routed such a
+question as it routes lookups (to search; issue 48). Their difficulty is the number of operations.
 The `lookup` family asks multi-hop questions over a seeded synthetic `World` of invented entities; its
 facts are the retrieval corpus. Splitting, ids, preferences and tool catalogues are template.py's job.
 """
 
 from __future__ import annotations
 
+import ast
 import itertools
+import operator
 import random
 from dataclasses import dataclass, field
 
@@ -41,8 +46,58 @@ def _distinct(answer: str, candidates: list, k: int = 3) -> list[str]:
 
 
 # ---------------------------------------------------------------- arith
+# How people ask for a computation: lower case, no question mark, a bare expression, the Unicode times sign
+# (tools/calculator.py reads every one of them, so a served question phrased so is computable)
+EXPR_FORMS = ("What is {e}?", "What's {e}?", "what is {e}", "Compute {e}.", "Calculate {e}.", "Evaluate {e}.",
+              "How much is {e}?", "{e} = ?", "{e}", "Work out {e}.", "Please calculate {e}.", "What does {e} equal?",
+              "Find the value of {e}.", "Can you compute {e}?", "calculate {e}", "Quick question: what is {e}?")
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def _value(node: ast.AST) -> int:
+    """The value of an expression this module wrote (integers, + - * //): no eval."""
+    if isinstance(node, ast.Expression):
+        return _value(node.body)
+    if isinstance(node, ast.Constant):
+        return int(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_value(node.left), _value(node.right))
+    raise ValueError(f"not a generated expression: {ast.dump(node)}")
+
+
+def expression(rng: random.Random, difficulty: int) -> Problem:
+    """A bare expression of `difficulty` operations in one of EXPR_FORMS; exact integer division only alone
+    ("84 / 7"), so every answer is an integer and the printed program (`//`) prints it."""
+    ops = [rng.choice("+-*") for _ in range(difficulty)]
+    if difficulty == 1 and rng.random() < 0.2:
+        q, d = rng.randint(2, 60), rng.randint(2, 19)
+        python, text = f"{q * d} // {d}", f"{q * d} / {d}"
+    else:
+        # factors up to 99, other terms up to 999 (the first term sized for the first operation)
+        terms = [str(rng.randint(2, 99) if op == "*" else rng.randint(10, 999)) for op in ops[:1] + ops]
+        python = f"{terms[0]} {ops[0]} {terms[1]}"
+        if difficulty > 1 and rng.random() < 0.4:
+            python = f"({python})"  # the first operation bracketed: another value when a * follows
+        for op, term in zip(ops[1:], terms[2:], strict=True):
+            python = f"{python} {op} {term}"
+        text = python
+    value = _value(ast.parse(python, mode="eval"))
+    if rng.random() < 0.3:
+        text = text.replace(" ", "")
+    if rng.random() < 0.1:
+        text = text.replace("*", "×")
+    answer = str(value)
+    unbracketed = _value(ast.parse(python.replace("(", "").replace(")", ""), mode="eval"))  # a precedence slip
+    return Problem(rng.choice(EXPR_FORMS).format(e=text), answer,
+                   _distinct(answer, [value + 1, value - 1, value + 10, unbracketed, value * 2]),
+                   code=f"print({python})", kind=f"expr{difficulty}")
+
+
 def arith(rng: random.Random, difficulty: int) -> Problem:
-    """Multi-step word problem; difficulty = number of operations after the first product."""
+    """A bare expression (half the time) or a multi-step word problem; difficulty = number of operations (after
+    the first product, in a word problem)."""
+    if rng.random() < 0.5:
+        return expression(rng, difficulty)
     who, item = rng.choice(NAMES), rng.choice(ITEMS)
     boxes, per = rng.randint(2, 9), rng.randint(3, 15)
     total = boxes * per

@@ -1,5 +1,6 @@
 """Template synthesis of the QA families (orchestra/data/synth/template.py) and task-set I/O (orchestra/data/tasks.py)."""
 
+import ast
 import contextlib
 import io
 import json
@@ -73,13 +74,42 @@ def test_lookup_answers_sit_in_gold_passages(train):
 
 
 def test_surface_forms_distinguish_families(train):
+    from tools.calculator import arithmetic_in
+
     def guess(problem: str) -> str:
         if problem.startswith("Puzzle:"):
             return "reasoning"
         if problem.startswith("Code:"):
             return "code"
-        return "arith" if " boxes of " in problem else "lookup"
+        return "arith" if " boxes of " in problem or arithmetic_in(problem) else "lookup"
     assert all(guess(t.problem) == t.meta["family"] for t in train.tasks)
+
+
+def test_bare_expressions_are_asked_many_ways_and_the_calculator_agrees():
+    """Half the arith problems are bare expressions in EXPR_FORMS' phrasings (issue 48: a policy that only saw word
+    problems sent "What is 17 * 23?" to search); each is one the calculator reads, with the gold as its value, and
+    difficulty is the number of operations."""
+    from orchestra.data.synth.families import EXPR_FORMS
+    from tools.calculator import arithmetic_in, evaluate
+
+    tasks = generate_tasks(400, seed=0, families=["arith"], mapping=TIERS).tasks
+    exprs = [t for t in tasks if t.meta["kind"].startswith("expr")]
+    assert 0.4 < len(exprs) / len(tasks) < 0.6
+    forms = set()
+    for t in exprs:
+        expression = arithmetic_in(t.problem)
+        assert expression is not None, t.problem
+        assert evaluate(expression)[0] == t.answer and _run(t.meta["code"]) == t.answer, t.problem
+        ops = sum(isinstance(node, ast.BinOp) for node in ast.walk(ast.parse(expression, mode="eval")))
+        assert ops == t.meta["difficulty"] == int(t.meta["kind"][-1]), t.problem
+        forms.add(next(f for f in EXPR_FORMS if _matches(f, t.problem, expression)))
+    assert len(forms) >= len(EXPR_FORMS) - 2  # nearly every phrasing drawn in 200 problems
+    assert not any(arithmetic_in(t.problem) for t in tasks if t not in exprs)  # word problems stay word problems
+
+
+def _matches(form: str, problem: str, expression: str) -> bool:
+    """Whether `problem` is `form` around the expression (as the calculator read it: spaces kept, × as *)."""
+    return form.format(e=expression) == problem.replace("×", "*")
 
 
 def test_heldout_disjoint(train, heldout):
