@@ -13,13 +13,25 @@ The learner computes logits only at response positions, which the plain bare ste
 give the ratio against a bare step with that same response-only head, and a KL-free learner (no reference
 forward). Only learner_overhead (vs the plain bare step) is a RESULT.
 
+The model is the policy `make train` trains: the experiment's model config (`--experiment`, default cpu_tiny: 2
+layers, vocab 4096). Until issue 48 this bench built `load_policy("tiny")` with the schema's default TinyModelConfig
+(4 layers, vocab 2048), a model no experiment trains, where the LM head (the share the learner's response-only head
+saves) is half as large: about 1.18 there against 1.04-1.08 on cpu_tiny's policy (process CPU time, 1 thread).
+
+Besides the wall-clock RESULT, INFO lines give the same ratios by process CPU time (what a busy shared machine
+inflates least: another process's load slows the wall clock, not this process's CPU seconds) and by matmul FLOPs
+counted with torch's FlopCounterMode (exact and load-free; it counts no attention kernel on CPU). The learner's cost
+above the KL-free learner is the frozen reference's forward pass (kl_coef != 0): a third of a fwd + bwd.
+
 Usage: .venv/bin/python bench/learner_overhead.py [--samples 32] [--prompt 200] [--response 100] [--device cpu]
+       [--experiment cpu_tiny] [--threads N]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import os
 import random
 import statistics
@@ -31,28 +43,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from actors.learner import Learner  # noqa: E402
 from orchestra.policy.grpo import collate, to_device, token_logprobs  # noqa: E402
 from orchestra.types import TrainSample  # noqa: E402
 
 
-def policy(device: str):
-    """The project's tiny policy when orchestra.policy.models can build it, else an equivalent Qwen3 built here."""
-    try:
-        from orchestra.policy.models import load_policy
+def policy(device: str, experiment: str = "cpu_tiny"):
+    """The experiment's policy as `make train` builds it; for a tiny policy whose tokenizer cannot be built here,
+    the same architecture (the experiment's TinyModelConfig) with a pad id of 0, said in an INFO line."""
+    from orchestra.config import load_config
+    from orchestra.policy.models import load_policy_from_config
 
-        model, tok = load_policy("tiny", device=device, seed=0)
-        return model, tok.pad_token_id, "orchestra.policy.models tiny"
+    m = dataclasses.replace(load_config([f"experiment={experiment}"]).model, device=device)
+    try:
+        model, tok = load_policy_from_config(m, seed=0)
+        return model, tok.pad_token_id, f"{experiment}'s policy ({m.name})"
     except Exception as e:  # e.g. the tokenizer cannot be trained here
+        if m.name != "tiny":
+            raise
         from transformers import Qwen3Config, Qwen3ForCausalLM
 
-        print(f"INFO load_policy('tiny') failed ({type(e).__name__}: {e}); using a local Qwen3Config")
-        cfg = Qwen3Config(vocab_size=2048, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-                          num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True,
+        print(f"INFO {experiment}'s policy failed to load ({type(e).__name__}: {e}); its architecture built here")
+        t = m.tiny
+        cfg = Qwen3Config(vocab_size=t.vocab_size, hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+                          num_hidden_layers=t.num_hidden_layers, num_attention_heads=t.num_attention_heads,
+                          num_key_value_heads=t.num_key_value_heads, head_dim=t.head_dim, tie_word_embeddings=True,
                           pad_token_id=0, attn_implementation="sdpa")
         torch.manual_seed(0)
-        return Qwen3ForCausalLM(cfg).to(device).eval(), 0, "local Qwen3Config"
+        return Qwen3ForCausalLM(cfg).to(device).eval(), 0, f"{experiment}'s architecture, built here"
 
 
 def make_samples(n: int, prompt: int, response: int, vocab: int, seed: int = 0) -> list[TrainSample]:
@@ -109,10 +129,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    ap.add_argument("--experiment", default="cpu_tiny", help="whose policy (conf/experiment/<name>.yaml's model)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, pad, source = policy(args.device)
+    model, pad, source = policy(args.device, args.experiment)
     samples = make_samples(args.samples, args.prompt, args.response, model.config.vocab_size)
     tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
     print(f"INFO model={source} params={sum(p.numel() for p in model.parameters())} device={args.device} "
@@ -130,19 +151,31 @@ def main() -> None:
             "bare": lambda: bare.step(batch), "lean": lambda: lean.step(batch)}
     for fn in runs.values():  # warm-up: lazy imports (verl), allocator, kernels
         fn()
+    flops = {}
+    for name, fn in runs.items():  # one more step each, its matmul and attention FLOPs counted
+        with FlopCounterMode(display=False) as counter:
+            fn()
+        flops[name] = counter.get_total_flops()
     times: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(args.repeats):
         for name, fn in runs.items():  # interleaved so machine load hits every side alike
             sync(args.device)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn()
             sync(args.device)
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
     med = {k: statistics.median(v) for k, v in times.items()}
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     print(f"INFO median_s learner={med['learner']:.4f} learner_no_kl={med['no_kl']:.4f} bare={med['bare']:.4f} "
           f"bare_response_only_head={med['lean']:.4f}")
     print(f"INFO learner_overhead_no_kl={med['no_kl'] / med['bare']:.3f} "
           f"learner_vs_response_only_bare={med['learner'] / med['lean']:.3f}")
+    for what, m in (("cpu_time", med_cpu), ("flops", flops)):
+        print(f"INFO by {what}: learner_overhead={m['learner'] / m['bare']:.3f} "
+              f"learner_overhead_no_kl={m['no_kl'] / m['bare']:.3f} "
+              f"learner_vs_response_only_bare={m['learner'] / m['lean']:.3f}")
     print(f"RESULT learner_overhead={med['learner'] / med['bare']:.3f}")
 
 
