@@ -134,6 +134,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                        on_episode=lambda _rec: bars.advance(bar))
     bars.remove(bar)
     explore_s = time.perf_counter() - t0
+    played, cascades = len(outcomes), []  # exploration episodes; the adaptive plans' outcomes are computed, not played
     names = {s.get("function", s).get("name") for s in tools.schemas(tasks[0])}
     if ADAPTIVE_TOOLS[0] in names and ADAPTIVE_TOOLS[1] in names and rc.cascades:
         # adaptive plans: outcomes from the one-shot ones (a consult returns what that answer call returned)
@@ -182,12 +183,13 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
         rare = {lab.plan.name: k for lab, k in zip(labels, repeats, strict=True) if k > 1}
         console.print(f"  teacher: rare labels repeated (sft.label_balance {c.sft.label_balance:g}): "
                       + (", ".join(f"{p} x{k}" for p, k in sorted(rare.items())) or "none"))
-    console.print(f"  teacher: {len(outcomes)} exploration episodes ({len(tasks)} tasks"
-                  + (f" + {len(pool)} router-only (router.extra_tasks)" if pool else "") + f" x {len(plans)} plans) in "
+    console.print(f"  teacher: {played} exploration episodes ({len(tasks)} tasks"
+                  + (f" + {len(pool)} router-only (router.extra_tasks)" if pool else "")
+                  + f" x {len(plans) - len(cascades)} plans, {len(cascades)} adaptive ones computed from them) in "
                   f"{explore_s:.0f}s; {len(labels)} expected-value labels -> {len(samples)} samples; estimator "
                   f"router saved in {run_dir / 'router'}")
-    return samples, {"explore_episodes": len(outcomes), "explore_s": explore_s, "router_extra_tasks": len(pool),
-                     "teacher_labels": len(labels), "sft_repeated": sum(repeats) - len(repeats),
+    return samples, {"explore_episodes": played, "adaptive_plans": [k.name for k in cascades], "explore_s": explore_s,
+                     "router_extra_tasks": len(pool), "teacher_labels": len(labels), "sft_repeated": sum(repeats) - len(repeats),
                      "teacher_mix": {k: dict(v) for k, v in mix.items()}}
 
 
