@@ -4,7 +4,7 @@ Two context modes (DESIGN.md "Contracts"):
 - reprompt (ToolOrchestra): each turn re-renders system + one user message holding the Problem, the
   Documents retrieved so far, the code outputs and earlier attempts, each cut to its character budget
   (newest kept first) so the prompt stays bounded however long the episode runs, and the answers consulted
-  experts gave ("Expert answers", one short line per tier).
+  experts gave ("Expert answers (they differ):", one short line per tier; `answers_heading`).
 - transcript: one conversation; after each turn only the *delta* (tool responses + the next assistant
   header) is tokenized and appended, so the model's own tokens are never re-tokenized.
 
@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from orchestra.agent import toolorchestra_format
+from orchestra.routing.cascade import agree
 from orchestra.routing.hints import hint_text
 from orchestra.types import Preference, Task
 
@@ -140,6 +141,15 @@ def _fit(items: list[str], budget: int, label: str) -> str:
     return note + "\n".join(reversed(body.split("\n")))
 
 
+def answers_heading(answers: Sequence[dict[str, str]]) -> str:
+    """"Expert answers:", and with two or more whether they all agree (orchestra/routing/cascade.py `agree`): a
+    1M-parameter policy compares two multi-token answers poorly, and agreement is what an adaptive plan acts on."""
+    if len(answers) < 2:
+        return "Expert answers:"
+    same = all(agree(answers[0]["answer"], a["answer"]) for a in answers[1:])
+    return f"Expert answers ({'they agree' if same else 'they differ'}):"
+
+
 class Prompter:
     def __init__(self, tokenizer: ChatTokenizer, system_prompt: str = "", doc_chars: int = 1200,
                  code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500,
@@ -180,7 +190,8 @@ class Prompter:
             if body:
                 sections.append(f"{title}:\n{body}")
         if answers:  # short extracted answers (a letter, a number), one line each: the whole list, never cut
-            sections.append("Expert answers:\n" + "\n".join(f"{a['tier']}: {a['answer'][:80]}" for a in answers))
+            sections.append(answers_heading(answers) + "\n" + "\n".join(f"{a['tier']}: {a['answer'][:80]}"
+                                                                        for a in answers))
         sections.append(self.preference(task))
         return {"role": "user", "content": "\n\n".join(sections)}
 

@@ -135,8 +135,9 @@ def corpus_text() -> str:
             parts.append(f"Priorities: cost {word}, latency {word}.")
     for _ in range(40):  # the prompt's section of consulted answers (letters, numbers)
         seen = rng.sample(answer_tiers, min(2, len(answer_tiers)))
-        parts.append("Expert answers:\n" + "\n".join(f"{t}: {rng.choice(['A', 'B', 'C', 'D', str(rng.randint(0, 99))])}"
-                                                       for t in seen))
+        heading = rng.choice(["Expert answers (they agree):", "Expert answers (they differ):", "Expert answers:"])
+        parts.append(heading + "\n" + "\n".join(f"{t}: {rng.choice(['A', 'B', 'C', 'D', str(rng.randint(0, 99))])}"
+                                                  for t in seen))
     for _ in range(300):
         a, b = rng.randint(0, 9999), rng.randint(0, 999)
         op = rng.choice("+-*/")

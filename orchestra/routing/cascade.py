@@ -177,7 +177,7 @@ def cascade_outcomes(outcomes: Iterable[Outcome], cascades: Sequence[Cascade]) -
 
 def choose(cascade: Cascade):
     """A scripted router for orchestra/engine/scripted.py: (turn, prompt text) -> the next call, reading the
-    prompt's "Expert answers" section (orchestra/agent/prompt.py) as a policy would."""
+    prompt's "Expert answers" section (orchestra/agent/prompt.py) as a policy would: the answers themselves."""
 
     def call(name: str, tier: str) -> str:
         return "<tool_call>" + json.dumps({"name": name, "arguments": {"model": tier}}) + "</tool_call>"
@@ -196,12 +196,12 @@ def choose(cascade: Cascade):
 
 
 def _answers_in(prompt: str) -> dict[str, str | None]:
-    """tier -> answer from the last "Expert answers:" section of a rendered prompt."""
-    at = prompt.rfind("Expert answers:\n")
+    """tier -> answer from the last "Expert answers" section of a rendered prompt (orchestra/agent/prompt.py)."""
+    at = prompt.rfind("Expert answers")
     if at < 0:
         return {}
     out: dict[str, str | None] = {}
-    for line in prompt[at + len("Expert answers:\n"):].split("\n"):
+    for line in prompt[prompt.index("\n", at) + 1:].split("\n"):
         tier, sep, answer = line.partition(": ")
         if not sep or " " in tier:
             break

@@ -12,6 +12,7 @@ from orchestra.agent.loop import AgentLoop
 from orchestra.agent.prompt import Prompter
 from orchestra.config import load_config
 from orchestra.engine import Sampling
+from orchestra.routing.cascade import agree
 from orchestra.types import Task
 from reward.judges import judge
 from tests.helpers.fakes import ByteTokenizer, ScriptedEngine, call_text
@@ -52,7 +53,9 @@ def test_consult_shows_answers_and_submit_ends_with_one_at_no_cost(sim_tools):
     assert submit.result.meta["sim_correct"] == consults[0].result.meta["sim_correct"]  # the consult's verdict
     assert traj.tool_counts == {"answer-2": 1, "answer-4": 1}  # submitting uses no tier
     third = TOK.decode(engine.prompts[2])
-    assert f"Expert answers:\nanswer-2: {seen[0]}\nanswer-4: {seen[1]}" in third
+    verdict = "they agree" if agree(*seen) else "they differ"
+    assert f"Expert answers ({verdict}):\nanswer-2: {seen[0]}\nanswer-4: {seen[1]}" in third
+    assert "Expert answers:\nanswer-2: " in TOK.decode(engine.prompts[1])  # one answer: nothing to compare
     assert "Previous attempts" not in third  # the answers are not also listed as attempts
     assert all(r.result.answer is None for r in consults)  # a consult never ends the episode
 
