@@ -11,7 +11,7 @@ from orchestra.config import ConfigError, load_config
 def test_the_control_preset_loads():
     cfg = load_config(["experiment=adaptive_control"])
     assert (cfg.sft.teacher, cfg.sft.cascade, list(cfg.zoo.tools)) == (
-        "cascade", "answer-4&answer-2>answer-1", ["consult", "answer", "submit"])
+        "cascade", "answer-4&answer-3>answer-1", ["consult", "answer", "submit"])
 
 
 @pytest.mark.parametrize("override, key", [
