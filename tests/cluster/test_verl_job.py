@@ -290,8 +290,28 @@ def test_watchdog_turns_a_silent_wait_into_an_error():
     (verl.watchdog_s) stops it with a message naming the free resources."""
     import time
 
-    with pytest.raises(TimeoutError, match="verl.watchdog_s=0.2s; free resources"):
+    with pytest.raises(TimeoutError, match=r"verl.watchdog_s=0.2s; free resources"):
         with verl_job.watchdog(0.2, "verl job test"):
             time.sleep(5)
     with verl_job.watchdog(0, "no limit"):  # 0: off
         pass
+
+
+def test_watchdog_ends_a_run_whose_main_thread_no_signal_reaches():
+    """A failed weight sync into vLLM leaves verl's driver blocked in ray.get, where Python runs no signal handler:
+    on 64e2e69 the SIGALRM watchdog never fired there (reproduced with verl's vLLM rollout on CPU,
+    tests/cluster/test_verl_cpu.py). Its timer thread ends the run with the same message."""
+    import subprocess
+    import sys
+
+    code = """
+import signal, time
+from cluster import verl_job
+verl_job.WATCHDOG_GRACE_S = 0.5
+with verl_job.watchdog(1.0, "verl job blocked"):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # as a C call that never returns to Python
+    time.sleep(60)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=verl_job.ROOT)
+    assert r.returncode == verl_job.WATCHDOG_EXIT, r.stderr[-2000:]
+    assert "verl job blocked did not finish within verl.watchdog_s=1s" in r.stderr
