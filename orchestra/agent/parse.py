@@ -108,3 +108,15 @@ def _parse(text: str, answer_mode: str) -> Parsed:
     return Parsed(error="no tool call found; call a tool with <tool_call>{\"name\": ..., \"arguments\": "
                         "{...}}</tool_call>, and give your final answer through the answer tool" + hint,
                   content=content)
+
+
+def call_text(name: str, arguments: dict[str, Any]) -> str:
+    """The text of one tool call, as `parse` reads it (scripted policies and demonstrations emit it)."""
+    return TOOL_OPEN + json.dumps({"name": name, "arguments": arguments}) + TOOL_CLOSE
+
+
+def tiers_of(schema: dict[str, Any]) -> list[str]:
+    """The `model` tier ids a tool schema offers (its enum), or [] for tools without tiers."""
+    params = schema.get("function", schema).get("parameters", {})
+    model = params.get("properties", {}).get("model", {})
+    return list(model.get("enum", []))

@@ -9,24 +9,13 @@ Logprobs are 0.0 (a script is deterministic); nothing here is trained.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 from typing import Any
 
+from orchestra.agent.parse import call_text, tiers_of  # noqa: F401  (re-exported: scripts are built from them)
 from orchestra.engine import Generation, Sampling
 from orchestra.types import Task
-
-
-def call_text(name: str, arguments: dict[str, Any]) -> str:
-    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
-
-
-def tiers_of(schema: dict[str, Any]) -> list[str]:
-    """The `model` tier ids a tool schema offers (its enum), or [] for tools without tiers."""
-    params = schema.get("function", schema).get("parameters", {})
-    model = params.get("properties", {}).get("model", {})
-    return list(model.get("enum", []))
 
 
 def random_episode(task: Task, schemas: list[dict[str, Any]], rng: random.Random, max_pre_calls: int = 2,

@@ -28,7 +28,7 @@ class Plan:
 
     def texts(self) -> list[str]:
         """The tool-call texts a scripted engine emits, one per turn."""
-        from orchestra.engine.scripted import call_text
+        from orchestra.agent.parse import call_text
 
         return [call_text(tool, {"model": tier}) for tool, tier in self.calls]
 
@@ -43,7 +43,7 @@ class Plan:
 def enumerate_plans(schemas: list[dict[str, Any]], final_tool: str = "answer") -> list[Plan]:
     """Every plan over a tool catalogue: each `final_tool` tier alone, then after each tier of each other tool.
     Plan names: `answer-1`, `search-1+answer-1`, ... (the tiers, joined by '+')."""
-    from orchestra.engine.scripted import tiers_of
+    from orchestra.agent.parse import tiers_of
 
     by_name = {s.get("function", s).get("name"): tiers_of(s) for s in schemas}
     plans: list[Plan] = []

@@ -38,11 +38,19 @@ SMOKE = {  # script -> (arguments for seconds-long sizes, RESULT names it must p
                      "log.replay_weights=false", "log.tensorboard=false", "log.plots=false",
                      "checkpoint.every_steps=1", "cluster.torch_threads=1"],
                     {"rl_gain", "rl_gain_ci_low", "rl_spend_ratio", "rl_partial_vs_warm_start"}),
+    # one toy run of adaptive_control's recipe (cascade teacher, GRPO paired over presets)
+    "rl_control.py": (["seeds=1", "root={tmp}", "data.n_train=12", "data.n_heldout=4", "eval.n_tasks=4",
+                       "sft.steps=4", "algo.steps=1", "algo.group_size=2", "algo.prompts_per_step=2",
+                       "eval.sweep=false", "log.replay_weights=false", "log.tensorboard=false", "log.plots=false",
+                       "checkpoint.every_steps=1", "cluster.torch_threads=1"],
+                      {"rl_control_escalation_gain", "rl_control_gain_ci_low", "escalation_disagree_cost_first"}),
 }
 # covered elsewhere, with why: each needs more than seconds or a second venv
 ELSEWHERE = {"gpu_smoke.py": "tests/bench/test_gpu_smoke.py runs its --smoke mode",
              "verl_cpu.py": "verl's trainer end to end takes minutes: make test-verl-cpu (.ci/run) runs the same path",
              "vllm_cpu_engine.py": "needs .venv-vllm: tests/cluster/test_vllm_cpu.py (make test-vllm-cpu) runs it small",
+             "gpu_warm_start.py": "tests/bench/test_gpu_smoke.py runs it through gpu_smoke.py --smoke --warm-start-8b",
+             "cascades.py": "needs the shared data: test_cascades_smoke below",
              "quality.py": "needs the shared data: test_quality_routers_smoke below (the policy part trains a run: "
                            "minutes)"}
 
@@ -64,10 +72,20 @@ def test_bench_smoke_prints_its_figures(script, tmp_path):
 
 
 def test_quality_routers_smoke(shared_data):
-    """bench/quality.py's router part (no policy to train) on small splits of the shared recordings."""
+    """bench/quality.py's router part (no policy to train) on small splits of the shared recordings (without the
+    MMLU-Pro preset's extra router questions: embedding them took 2 of this test's 3 minutes)."""
     r = subprocess.run([sys.executable, "bench/quality.py", "only=routers", "routers_seeds=1", "mmlu_train=40",
-                        "mmlu_heldout=40"], cwd=ROOT, capture_output=True, text=True, timeout=280)
+                        "mmlu_heldout=40", "mmlu_extra=0", "pair_heldout=40"], cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stderr[-3000:]
     printed = set(re.findall(r"^RESULT (\w+)=", r.stdout, re.M))
     assert {"routers_ra_logloss_estimator", "routers_ra_yardstick_accstrong_apgr_estimator",
             "routers_mmlu_logloss_estimator"} <= printed, r.stdout[-2000:]
+
+
+def test_cascades_smoke(shared_data):
+    """bench/cascades.py on small splits of the shared MMLU-Pro recordings, routers off (no embedding: seconds)."""
+    r = subprocess.run([sys.executable, "bench/cascades.py", "seeds=1", "train=200", "heldout=200", "routers=false"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stderr[-3000:]
+    printed = set(re.findall(r"^RESULT (\w+)=", r.stdout, re.M))
+    assert {"cascade_best_hand_acc", "cascade_best_hand_cost_ratio", "cascade_oracle_acc"} <= printed, r.stdout[-2000:]

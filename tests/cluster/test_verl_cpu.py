@@ -33,6 +33,7 @@ def bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict
     r = subprocess.run([sys.executable, "bench/verl_cpu.py", "--out", str(tmp_path / "bench"), *args], cwd=ROOT,
                        capture_output=True, text=True, timeout=1400)
     figures = dict(re.findall(r"^RESULT (\w+)=(\S+)$", r.stdout, re.M))
+    print("\n".join(f"RESULT {k}={v}" for k, v in figures.items()))  # the figures in CI's log (pytest -s)
     logs = "\n".join(f"{p.name}: ...{p.read_text(errors='replace')[-3000:]}" for p in (tmp_path / "bench").glob("*.log"))
     return r, figures, logs
 
