@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         trainer.close()
-    for line in result_lines(summary):
+    for line in result_lines(summary, consults="consult" in cfg.zoo.tools):
         print(line)
     return 0
 
@@ -72,17 +72,22 @@ RESULTS = ("heldout_reward_gain", "heldout_reward_gain_lo", "heldout_reward_gain
            "heldout_vs_estimator_hi", "heldout_unseen_adherence", "heldout_hint_agreement", "train_wall_s")
 
 
-def result_lines(summary: dict) -> list[str]:
+def result_lines(summary: dict, consults: bool = False) -> list[str]:
     lines = [f"RESULT {name}={summary[name]:.4f}" for name in RESULTS if name in summary]
     if "heldout_reward_gain_lo" in summary:
         lines.append(f"RESULT rl_gain_ci_low={summary['heldout_reward_gain_lo']:.4f}")
     # with consult / submit: per preset, how often the policy escalated after two consults that disagreed / agreed
     # (orchestra/eval/escalation.py), after RL; absent where no held-out episode consulted two experts first
-    for preset, figures in sorted((summary.get("after_rl") or {}).get("by_pref", {}).items()):
+    by_pref = (summary.get("after_rl") or {}).get("by_pref", {})
+    for preset, figures in sorted(by_pref.items()):
         for case in ("disagree", "agree"):
             value = figures.get(f"escalation_{case}")
             if value is not None and value == value:  # nan: no such episode under this preset
                 lines.append(f"RESULT escalation_{case}_{preset.replace('-', '_')}={value:.4f}")
+    if consults and by_pref and not any(x.startswith("RESULT escalation") for x in lines):
+        # said, not left out silently: the rates exist only where the policy ran an adaptive plan
+        lines.append("INFO escalation: no held-out episode consulted two experts under any preset (the policy ran "
+                     "no adaptive plan), so no escalation rate")
     return lines
 
 

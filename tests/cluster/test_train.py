@@ -298,3 +298,15 @@ def test_lora_policy_on_preference_pairs_syncs_adapters_to_the_workers(ray_clust
     plain = AutoModelForCausalLM.from_pretrained(ckpt)
     assert not any("lora" in k for k in plain.state_dict()) and torch.isfinite(
         plain(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
+
+
+def test_escalation_lines_say_when_no_policy_ran_an_adaptive_plan():
+    """With consult offered, the escalation rates are printed where measured, and their absence is said in a line."""
+    from cluster.train import result_lines
+
+    ran = {"after_rl": {"by_pref": {"accuracy-first": {"escalation_disagree": 0.75, "escalation_agree": float("nan")},
+                                    "cost-first": {}}}}
+    assert result_lines(ran, consults=True) == ["RESULT escalation_disagree_accuracy_first=0.7500"]
+    none = {"after_rl": {"by_pref": {"accuracy-first": {}, "cost-first": {}}}}
+    assert [x.split(":")[0] for x in result_lines(none, consults=True)] == ["INFO escalation"]
+    assert result_lines(none, consults=False) == []
