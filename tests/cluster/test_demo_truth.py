@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
-import threading
-import time
 
 import pytest
+
+from tests.helpers.local_server import serving
 
 ROUTES = {"arith": [("enhance_reasoning", "reasoner-1"), ("answer", "answer-4")],
           "lookup": [("search", "search-1"), ("answer", "answer-2")]}
@@ -76,8 +75,6 @@ def trained_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(trained_run):
     """The run behind the real HTTP app (key `k`), as `make serve` would serve it, minus Ray."""
-    import uvicorn
-
     from actors.serve.api import ServeSettings
     from actors.serve.http import create_api
     from actors.serve.wiring import build_service
@@ -85,18 +82,8 @@ def served(trained_run):
     run, _ = trained_run
     service = build_service(ServeSettings(experiment=str(run / "config.yaml"), checkpoint=str(run), tools="local"))
     app = create_api(service, api_keys=["k"])
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(app, start_timeout_s=30) as url:
+        yield url
 
 
 def test_the_demo_answers_arithmetic_truly_through_the_sandbox(served, monkeypatch, capsys):

@@ -8,7 +8,6 @@ import os
 import re
 import socket
 import stat
-import threading
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from orchestra.rundir import checkpoint
 from tests.helpers.fakes import ByteTokenizer, FakeTool, ScriptedEngine, call_text
+from tests.helpers.local_server import serving
 
 
 def fake_run(root: Path, name: str, experiment: str = "cpu_tiny") -> Path:
@@ -103,8 +103,6 @@ def live_app():
     the cost weight in its prompt: under a low one it runs code first (a stand-in for enhance_reasoning: a simulated
     coder's program and what the sandbox printed), then answers with what the code printed; under a high one it
     answers at once."""
-    import uvicorn
-
     from actors.serve.http import create_api
     from actors.serve.service import OrchestraService
     from orchestra.agent.loop import AgentLoop
@@ -125,18 +123,8 @@ def live_app():
     loop = AgentLoop(ScriptedEngine(tok, policy), LocalToolClient(tools), Prompter(tok), eos_token_ids=[tok.eos_token_id])
     app = create_api(OrchestraService(loop, ["enhance_reasoning", "answer"],
                                       {"reasoner-1": "coder", "answer-1": "gpt-5"}, max_tokens=200), api_keys=["k"])
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(app, start_timeout_s=20) as url:
+        yield url
 
 
 def test_demo_prints_two_routes_side_by_side(live_app, monkeypatch, capsys):
