@@ -60,8 +60,13 @@ def test_every_bench_script_has_a_smoke_run():
     assert scripts == set(SMOKE) | set(ELSEWHERE), "add the new bench script's smoke arguments to SMOKE"
 
 
+NEEDS_SHARED_DATA = {"retrieval.py"}  # reads ../shared/data's HotpotQA files: skipped without them, as the data tests
+
+
 @pytest.mark.parametrize("script", sorted(SMOKE))
-def test_bench_smoke_prints_its_figures(script, tmp_path):
+def test_bench_smoke_prints_its_figures(script, tmp_path, request):
+    if script in NEEDS_SHARED_DATA:
+        request.getfixturevalue("shared_data")
     args, names = SMOKE[script]
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]  # a script's own output dir
     r = subprocess.run([sys.executable, f"bench/{script}", *args], cwd=ROOT, capture_output=True, text=True,
