@@ -81,9 +81,10 @@ def test_a_failed_weight_sync_into_vllm_is_ended_by_the_watchdog(tmp_path):
     from cluster.verl_job import WATCHDOG_EXIT
 
     python = VLLM_PYTHON or str(ROOT / ".venv-verl-vllm/bin/python")
-    # one FSDP rank and one replica (the hang is the same at two): the job reaches its first sync sooner
+    # one FSDP rank and one replica (the hang is the same at two): the job reaches its first sync sooner. The watchdog
+    # leaves 300 s: at 150 s it once fired before vLLM's replica had started on 2 cores, so before the sync it tests
     cmd = [python, "-m", "cluster.verl_job", "experiment=verl_cpu_tiny", "verl.rollout=vllm", "verl.warm_start=false",
-           "verl.gpus_per_node=1", "verl.watchdog_s=150", "algo.steps=1", f"verl.output_dir={tmp_path / 'hang'}",
+           "verl.gpus_per_node=1", "verl.watchdog_s=300", "algo.steps=1", f"verl.output_dir={tmp_path / 'hang'}",
            "--here"]
     env = {**os.environ, "ORCHESTRA_CPU_VLLM_PATCH": "off", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0",
            "PYTHONPATH": str(ROOT)}
@@ -91,4 +92,4 @@ def test_a_failed_weight_sync_into_vllm_is_ended_by_the_watchdog(tmp_path):
     # the sync failed inside vLLM's worker (and nothing told the driver), then the watchdog ended the job: from its
     # thread, as the driver's main thread sat in ray.get, where no signal handler runs (on 64e2e69 it never fired)
     assert "Attempted to load weight" in r.stderr, r.stderr[-4000:]
-    assert r.returncode == WATCHDOG_EXIT and "did not finish within verl.watchdog_s=150s" in r.stderr, r.stderr[-4000:]
+    assert r.returncode == WATCHDOG_EXIT and "did not finish within verl.watchdog_s=300s" in r.stderr, r.stderr[-4000:]
