@@ -108,10 +108,13 @@ def mean_after_first(steps: dict[int, dict[str, float]]) -> float:
 
 
 def logprob_diff(*jobs: dict) -> float:
-    """The largest rollout-vs-actor difference verl logged over the jobs' steps (module docstring); nan if none."""
-    found = [m[k] for j in jobs for m in j["steps"].values() for k in DIFF_KEYS[:1] if k in m]
-    found = found or [m[k] for j in jobs for m in j["steps"].values() for k in DIFF_KEYS[1:] if k in m]
-    return max(found) if found else float("nan")
+    """The largest rollout-vs-actor difference verl logged over the jobs' steps, by the first of DIFF_KEYS logged
+    at all (module docstring); nan if none."""
+    for key in DIFF_KEYS:
+        found = [m[key] for j in jobs for m in j["steps"].values() if key in m]
+        if found:
+            return max(found)
+    return float("nan")
 
 
 def sync_and_resume(out: Path, prefix: str, extra: list[str], python: str) -> dict:
@@ -131,6 +134,18 @@ def sync_and_resume(out: Path, prefix: str, extra: list[str], python: str) -> di
             "diff": logprob_diff(first, again)}
 
 
+def print_figures(prefix: str, r: dict) -> None:
+    """The RESULT lines of one rollout's sync_and_resume (module docstring), named <prefix>_*."""
+    last = r["steps"][max(r["steps"])] if r["steps"] else {}
+    print(f"RESULT {prefix}_steps={len(r['steps'])}")
+    print(f"RESULT {prefix}_resumed={r['resumed']}")
+    print(f"RESULT {prefix}_wall_s={r['first']['wall_s']:.1f}")
+    print(f"RESULT {prefix}_step_s={mean_after_first(r['steps']):.2f}")
+    print(f"RESULT {prefix}_grad_norm={last.get('actor/grad_norm', float('nan')):.4g}")
+    print(f"RESULT {prefix}_served={r['served']}")
+    print(f"RESULT {prefix}_logprob_diff={r['diff']:.4g}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "runs" / "bench_verl_cpu"))
@@ -148,29 +163,15 @@ def main() -> int:
         if not args.skip_colocate:
             colocate = job(out, "colocate", [f"verl.output_dir={out / 'colocate'}", "algo.steps=2",
                                              "verl.trainer_mode=colocate_async"])
-        last = hf["steps"][max(hf["steps"])] if hf["steps"] else {}
-        print(f"RESULT verl_cpu_steps={len(hf['steps'])}")
-        print(f"RESULT verl_cpu_resumed={hf['resumed']}")
-        print(f"RESULT verl_cpu_wall_s={hf['first']['wall_s']:.1f}")
-        print(f"RESULT verl_cpu_step_s={mean_after_first(hf['steps']):.2f}")
+        print_figures("verl_cpu", hf)
         print(f"RESULT verl_cpu_colocate_steps={len(colocate['steps']) if colocate['rc'] == 0 else 0}")
         print(f"RESULT verl_cpu_colocate_wall_s={colocate['wall_s']:.1f}")
         shards = sorted((hf["dir"] / "checkpoints").glob("global_step_2/actor/model_world_size_*_rank_*.pt"))
         print(f"RESULT verl_cpu_world_size={len(shards)}")  # FSDP ranks that saved a shard
-        print(f"RESULT verl_cpu_grad_norm={last.get('actor/grad_norm', float('nan')):.4g}")
-        print(f"RESULT verl_cpu_served={hf['served']}")
-        print(f"RESULT verl_cpu_logprob_diff={hf['diff']:.4g}")
         ok = hf["first"]["rc"] == 0
     if args.vllm:
         vl = sync_and_resume(out, "vllm", ["verl.rollout=vllm"], args.vllm)
-        last = vl["steps"][max(vl["steps"])] if vl["steps"] else {}
-        print(f"RESULT verl_cpu_vllm_steps={len(vl['steps'])}")
-        print(f"RESULT verl_cpu_vllm_resumed={vl['resumed']}")
-        print(f"RESULT verl_cpu_vllm_logprob_diff={vl['diff']:.4g}")
-        print(f"RESULT verl_cpu_vllm_wall_s={vl['first']['wall_s']:.1f}")
-        print(f"RESULT verl_cpu_vllm_step_s={mean_after_first(vl['steps']):.2f}")
-        print(f"RESULT verl_cpu_vllm_grad_norm={last.get('actor/grad_norm', float('nan')):.4g}")
-        print(f"RESULT verl_cpu_vllm_served={vl['served']}")
+        print_figures("verl_cpu_vllm", vl)
         ok = ok and vl["first"]["rc"] == 0
     return 0 if ok else 1
 

@@ -21,13 +21,13 @@ preference is the estimator's business (they are plans like any other there); th
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from orchestra.agent.parse import call_text
 from orchestra.routing.plans import Outcome, Plan
 
 _FOLD = re.compile(r"[\s()\[\].:]+")
@@ -179,18 +179,15 @@ def choose(cascade: Cascade):
     """A scripted router for orchestra/engine/scripted.py: (turn, prompt text) -> the next call, reading the
     prompt's "Expert answers" section (orchestra/agent/prompt.py) as a policy would: the answers themselves."""
 
-    def call(name: str, tier: str) -> str:
-        return "<tool_call>" + json.dumps({"name": name, "arguments": {"model": tier}}) + "</tool_call>"
-
     def next_call(_turn: int, prompt: str) -> str:
         seen = _answers_in(prompt)
         for tier in cascade.consult:
             if tier not in seen:
                 consulted, _, _ = cascade.decide(seen)
                 if tier in consulted:
-                    return call("consult", tier)
+                    return call_text("consult", {"model": tier})
         _, tool, tier = cascade.decide(seen)
-        return call(tool, tier)
+        return call_text(tool, {"model": tier})
 
     return next_call
 
