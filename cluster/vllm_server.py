@@ -10,7 +10,10 @@ safetensors too, which vLLM would load and mix in silently, so the servable copy
 servable_dir) is served; on CPU the KV cache size comes from VLLM_CPU_KVCACHE_SPACE (else vLLM reserves 90 % of
 host RAM); log-probs in `processed_logprobs` mode match HFEngine's; `weight_updates=true` turns on vLLM's dev
 endpoints with our worker extension (in-place reload with the tied LM head fixed) — dev endpoints carry no
-authentication, so the server then listens on 127.0.0.1 only.
+authentication, so the server then listens on 127.0.0.1 only. On vllm-cpu builds chunked prefill is off: a seeded
+request whose prefill is split across steps kills the engine there (vLLM rewinds the request's generator by an
+offset, which CPU generators refuse: "CPU Generator does not use offset", 0.24.0 and 0.32.0; our engines seed every
+request), so every prompt is prefilled in one step and the step's token budget is at least max_model_len.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_VENV = ROOT / ".venv-vllm"
@@ -44,6 +48,7 @@ class VLLMServerConfig:
     seed: int = 0
     ready_timeout_s: float = 300.0
     api_key_env: str = ""  # protects /v1 with that variable's value (vLLM --api-key)
+    chunked_prefill: Optional[bool] = None  # None: off on vllm-cpu builds (see above), vLLM's default elsewhere
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -51,6 +56,11 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def is_cpu_build(venv: str) -> bool:
+    """Whether the venv's vLLM is the vllm-cpu distribution (its dist-info says so; `import vllm` would take ~10 s)."""
+    return any(Path(venv).glob("lib/python*/site-packages/vllm_cpu-*.dist-info"))
 
 
 def command(cfg: VLLMServerConfig, model_dir: str, port: int) -> list[str]:
@@ -63,6 +73,11 @@ def command(cfg: VLLMServerConfig, model_dir: str, port: int) -> list[str]:
         cmd.append("--enforce-eager")
     if cfg.weight_updates:
         cmd += ["--worker-extension-cls", "orchestra.engine.vllm_ext.WeightReload"]
+    chunked = cfg.chunked_prefill if cfg.chunked_prefill is not None else not is_cpu_build(cfg.venv)
+    if not chunked:
+        cmd.append("--no-enable-chunked-prefill")
+        if "--max-num-batched-tokens" not in cfg.extra_args:  # vLLM refuses a budget below max_model_len then
+            cmd += ["--max-num-batched-tokens", str(max(cfg.max_model_len, 2048))]
     return cmd + list(cfg.extra_args)
 
 

