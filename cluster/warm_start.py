@@ -193,29 +193,48 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                      "teacher_mix": {k: dict(v) for k, v in mix.items()}}
 
 
-def cascade_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task], console: Any
-                    ) -> tuple[list[Any], dict[str, Any]]:
-    """`sft.teacher: cascade`: each task under each vector of the preference pairing consults the cascade's two
-    tiers, then escalates to its final tier with probability `sft.escalate_share` (seeded per task and vector),
-    whatever the two answered, else submits the first answer: demonstrations of consulting without reading."""
+def cascade_episodes(cfg: Any, train: list[Task]) -> tuple[list[tuple[Task, Any]], int, int]:
+    """`sft.teacher: cascade`'s demonstrations: each task under each vector of the preference pairing consults the
+    cascade's two tiers, then (sft.escalate_on=random) escalates to its final tier with probability
+    `sft.escalate_share` (seeded per task and vector), whatever the two answered, else submits the first answer:
+    consulting without reading. With sft.escalate_on=disagree they read: under the `sft.read_under` vectors the
+    cascade's own rule (escalate exactly when the two answers disagree, orchestra/routing/cascade.py `choose`, which
+    reads them from the prompt as a policy would), under the others a submit. -> (episodes, escalated, reading)."""
     from orchestra.engine.scripted import call_text
-    from orchestra.routing.cascade import parse
+    from orchestra.preferences import is_among, parse_preference
+    from orchestra.routing.cascade import choose, parse
 
     c = cfg
     cascade = parse(c.sft.cascade)
     a, b = cascade.consult
-    episodes, escalated = [], 0
+    reading = [parse_preference(v) for v in c.sft.read_under] if c.sft.escalate_on == "disagree" else []
+    episodes: list[tuple[Task, Any]] = []
+    escalated = read = 0
     for i, task in enumerate(paired_tasks(train, c.data.preference_pairs, c.seed)):
-        esc = random.Random(f"cascade:{c.seed}:{i}:{task.id}").random() < c.sft.escalate_share
+        if reading and is_among(task.pref, reading):
+            read += 1
+            episodes.append((task, choose(cascade)))
+            continue
+        esc = not reading and random.Random(f"cascade:{c.seed}:{i}:{task.id}").random() < c.sft.escalate_share
         escalated += esc
         last = call_text("answer", {"model": cascade.final}) if esc else call_text("submit", {"model": a})
         episodes.append((task, [call_text("consult", {"model": a}), call_text("consult", {"model": b}), last]))
+    return episodes, escalated, read
+
+
+def cascade_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task], console: Any
+                    ) -> tuple[list[Any], dict[str, Any]]:
+    """The cascade teacher's demonstrations (`cascade_episodes`) played through the agent loop -> SFT samples."""
+    c = cfg
+    episodes, escalated, read = cascade_episodes(c, train)
     samples = scripted_samples(episodes, tools, tok, launch.prompter_kwargs(c), c.agent.loop_kwargs(),
                                eos_token_ids(tok), c.sampling.max_tokens)
-    console.print(f"  cascade teacher: {len(episodes)} demonstrations of {cascade.name}, escalating on "
-                  f"{escalated} ({escalated / max(len(episodes), 1):.0%}, whatever the experts answered) -> "
-                  f"{len(samples)} samples")
-    return samples, {"teacher_cascade": cascade.name, "teacher_escalated": escalated / max(len(episodes), 1)}
+    n = max(len(episodes), 1)
+    how = (f"following its rule on {read} (under {', '.join(c.sft.read_under)}), submitting on the rest" if read
+           else f"escalating on {escalated} ({escalated / n:.0%}, whatever the experts answered)")
+    console.print(f"  cascade teacher: {len(episodes)} demonstrations of {c.sft.cascade}, {how} -> {len(samples)} "
+                  "samples")
+    return samples, {"teacher_cascade": c.sft.cascade, "teacher_escalated": escalated / n, "teacher_reading": read / n}
 
 
 def router_pool(cfg: Any, run_dir: Path) -> list[Task]:

@@ -378,6 +378,12 @@ class SFTConfig:
     teacher: str = "random"
     cascade: str = ""  # e.g. answer-2&answer-3>answer-1 (orchestra/routing/cascade.py names)
     escalate_share: float = 0.0
+    # random: the cascade teacher escalates at random (escalate_share), whatever the experts answered;
+    # disagree: it reads them — under the vectors in `read_under` it escalates exactly when the two answers
+    # disagree (the cascade's own rule), under the others it submits. An SFT probe: can the policy follow what its
+    # experts said at all when shown (bench/rl_control.py sft.escalate_on=disagree)?
+    escalate_on: str = "random"
+    read_under: list[str] = field(default_factory=lambda: ["accuracy-first"])
     # expected_value: the vectors every explored task is labelled under (preset names or `accuracy=1,cost=0.2`
     # weight specs), plus `vectors_sampled` draws of the training sampler per task
     vectors: list[str] = field(default_factory=lambda: ["accuracy-first", "balanced", "cost-first"])

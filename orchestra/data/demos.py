@@ -77,11 +77,14 @@ def demo_samples(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_
                               candidates, scorer))
 
 
-def scripted_samples(episodes: list[tuple[Task, list[str]]], tools: ToolClient, tokenizer: Any,
+Script = list[str] | Callable[[int, str], str]  # fixed call texts, or a rule (turn, prompt text) -> the next call
+
+
+def scripted_samples(episodes: list[tuple[Task, Script]], tools: ToolClient, tokenizer: Any,
                      prompter_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], eos_ids: list[int],
                      max_tokens: int = 96, concurrency: int = 64, repeats: Sequence[int] | None = None) -> list[Any]:
-    """Each (task, tool-call texts) played once through the agent loop -> its well-formed turns as samples, episode
-    i's `repeats[i]` times (`label_repeats`; default once)."""
+    """Each (task, script) played once through the agent loop -> its well-formed turns as samples, episode i's
+    `repeats[i]` times (`label_repeats`; default once)."""
     if not episodes:
         raise ValueError("SFT needs at least one demonstration")
     counts = list(repeats) if repeats is not None else [1] * len(episodes)
@@ -92,7 +95,7 @@ def scripted_samples(episodes: list[tuple[Task, list[str]]], tools: ToolClient, 
     async def run() -> list[Any]:
         sem = asyncio.Semaphore(concurrency)
 
-        async def one(i: int, task: Task, script: list[str]) -> list[Any]:
+        async def one(i: int, task: Task, script: Script) -> list[Any]:
             async with sem:
                 loop = AgentLoop(script_engine(tokenizer, script, eos_ids[0]), tools, prompter,
                                  eos_token_ids=eos_ids, **agent_kwargs)
