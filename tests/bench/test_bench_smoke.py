@@ -43,7 +43,8 @@ SMOKE = {  # script -> (arguments for seconds-long sizes, RESULT names it must p
                        "sft.steps=4", "algo.steps=1", "algo.group_size=2", "algo.prompts_per_step=2",
                        "eval.sweep=false", "log.replay_weights=false", "log.tensorboard=false", "log.plots=false",
                        "checkpoint.every_steps=1", "cluster.torch_threads=1"],
-                      {"rl_control_escalation_gain", "rl_control_gain_ci_low", "escalation_disagree_cost_first"}),
+                      {"rl_control_escalation_gain", "rl_control_gain_ci_low", "escalation_disagree_cost_first",
+                       "rl_control_read_margin"}),
 }
 # covered elsewhere, with why: each needs more than seconds or a second venv
 ELSEWHERE = {"gpu_smoke.py": "tests/bench/test_gpu_smoke.py runs its --smoke mode",
