@@ -64,6 +64,7 @@ def reading_window(overrides: list[str]) -> dict[str, float]:
     from orchestra.routing.cascade import agree, parse
     from orchestra.types import ToolContext
     from reward.judges import judge, judge_for
+    from reward.rubric import scalar_reward
     from tools.registry import build_tools, zoo_dict
 
     cfg = load_config(["experiment=adaptive_control", *overrides])
@@ -84,7 +85,9 @@ def reading_window(overrides: list[str]) -> dict[str, float]:
         return list(await asyncio.gather(*(row(t) for t in train)))
 
     rows = asyncio.run(all_rows())
-    c = PRESETS["accuracy-first"]["cost"] * mean(r[2] for r in rows) / cfg.reward.cost_scale
+    # the final call's $ as accuracy-first's reward counts it (the preset's scalar rubric: reward: scalar)
+    c = -scalar_reward(False, mean(r[2] for r in rows), 0.0, {}, PRESETS["accuracy-first"],
+                       cfg.reward.cost_scale).terms["cost"]
     ends = []
     for same in (True, False):
         part = [r[1] for r in rows if r[0] == same]

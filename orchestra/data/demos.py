@@ -80,32 +80,40 @@ def demo_samples(tasks: list[Task], tools: ToolClient, tokenizer: Any, prompter_
 Script = list[str] | Callable[[int, str], str]  # fixed call texts, or a rule (turn, prompt text) -> the next call
 
 
+def scripted_trajectories(episodes: list[tuple[Task, Script]], tools: ToolClient, tokenizer: Any,
+                          prompter_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], eos_ids: list[int],
+                          max_tokens: int = 96, concurrency: int = 64) -> list[Trajectory]:
+    """Each (task, script) played once through the agent loop, in order."""
+    prompter = Prompter(tokenizer, **prompter_kwargs)
+
+    async def run() -> list[Trajectory]:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(i: int, task: Task, script: Script) -> Trajectory:
+            async with sem:
+                loop = AgentLoop(script_engine(tokenizer, script, eos_ids[0]), tools, prompter,
+                                 eos_token_ids=eos_ids, **agent_kwargs)
+                return await loop.run(task, Sampling(max_tokens=max_tokens), uid=f"sft-{i}")
+
+        return list(await asyncio.gather(*(one(i, t, s) for i, (t, s) in enumerate(episodes))))
+
+    return asyncio.run(run())
+
+
 def scripted_samples(episodes: list[tuple[Task, Script]], tools: ToolClient, tokenizer: Any,
                      prompter_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], eos_ids: list[int],
                      max_tokens: int = 96, concurrency: int = 64, repeats: Sequence[int] | None = None) -> list[Any]:
-    """Each (task, script) played once through the agent loop -> its well-formed turns as samples, episode i's
-    `repeats[i]` times (`label_repeats`; default once)."""
+    """Each (task, script) played once through the agent loop (`scripted_trajectories`) -> its well-formed turns as
+    samples, episode i's `repeats[i]` times (`label_repeats`; default once)."""
     if not episodes:
         raise ValueError("SFT needs at least one demonstration")
     counts = list(repeats) if repeats is not None else [1] * len(episodes)
     if len(counts) != len(episodes):
         raise ValueError(f"scripted_samples: {len(counts)} repeat counts for {len(episodes)} episodes")
-    prompter = Prompter(tokenizer, **prompter_kwargs)
-
-    async def run() -> list[Any]:
-        sem = asyncio.Semaphore(concurrency)
-
-        async def one(i: int, task: Task, script: Script) -> list[Any]:
-            async with sem:
-                loop = AgentLoop(script_engine(tokenizer, script, eos_ids[0]), tools, prompter,
-                                 eos_token_ids=eos_ids, **agent_kwargs)
-                traj = await loop.run(task, Sampling(max_tokens=max_tokens), uid=f"sft-{i}")
-            return [s for s, turn in zip(episode_samples(traj), traj.turns) if turn.format_ok]
-
-        parts = await asyncio.gather(*(one(i, t, s) for i, (t, s) in enumerate(episodes)))
-        return [s for part, k in zip(parts, counts, strict=True) for s in part * k]
-
-    return asyncio.run(run())
+    trajs = scripted_trajectories(episodes, tools, tokenizer, prompter_kwargs, agent_kwargs, eos_ids, max_tokens,
+                                  concurrency)
+    parts = [[s for s, turn in zip(episode_samples(traj), traj.turns) if turn.format_ok] for traj in trajs]
+    return [s for part, k in zip(parts, counts, strict=True) for s in part * k]
 
 
 def label_repeats(labels: Sequence[str], threshold: float) -> list[int]:

@@ -5,17 +5,12 @@ starts from), or exactly when the two answers disagree under the `read_under` ve
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from cluster.warm_start import cascade_episodes
-from orchestra.agent.loop import AgentLoop
-from orchestra.agent.prompt import Prompter
 from orchestra.config import load_config, task_tiers
+from orchestra.data.demos import scripted_trajectories
 from orchestra.data.sources import build_task_set
-from orchestra.engine import Sampling
-from orchestra.engine.scripted import script_engine
 from orchestra.eval.escalation import escalation
 from orchestra.policy.models import config_tokenizer
 from orchestra.policy.tokenizer import eos_token_ids
@@ -30,18 +25,9 @@ def played(overrides: list[str]) -> list[tuple[str, object]]:
     train, _, _ = build_task_set(cfg.data, task_tiers(cfg))
     episodes, _, _ = cascade_episodes(cfg, train)
     tok = config_tokenizer(cfg.model)
-    tools = LocalToolClient(build_tools(zoo_dict(cfg.zoo)))
-    prompter, eos = Prompter(tok, **cfg.agent.prompter_kwargs()), eos_token_ids(tok)
-
-    async def run() -> list:
-        async def one(i: int, task, script):
-            loop = AgentLoop(script_engine(tok, script, eos[0]), tools, prompter, eos_token_ids=eos,
-                             **cfg.agent.loop_kwargs())
-            return await loop.run(task, Sampling(max_tokens=cfg.sampling.max_tokens), uid=f"t{i}")
-
-        return await asyncio.gather(*(one(i, t, s) for i, (t, s) in enumerate(episodes)))
-
-    trajs = asyncio.run(run())
+    trajs = scripted_trajectories(episodes, LocalToolClient(build_tools(zoo_dict(cfg.zoo))), tok,
+                                  cfg.agent.prompter_kwargs(), cfg.agent.loop_kwargs(), eos_token_ids(tok),
+                                  cfg.sampling.max_tokens)
     names = [next(n for n, v in PRESETS.items() if is_among(t.pref, [v])) for t, _ in episodes]
     return list(zip(names, trajs, strict=True))
 
