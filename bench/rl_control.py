@@ -4,10 +4,10 @@ Usage: python bench/rl_control.py [seeds=2] [root=runs/rl_control] [window=10] [
 are passed to cluster.train as config overrides, e.g. algo.steps=60 algo.lr=2e-4)
 
 Trains experiment=adaptive_control (conf/experiment/adaptive_control.yaml) once per seed: a warm start that consults
-two cheap simulated experts and escalates to gpt-5 at random (not on what they answered), then GRPO paired over
-accuracy-first and cost-first. From each run's held-out evaluations after SFT and after RL (greedy, the same 200
-tasks; cluster/heldout.py `escalation`) it prints per preset
-P(escalate | the two answers disagree) and P(escalate | they agree) before and after RL, and the held-out reward's
+two cheap simulated experts and, under accuracy-first, escalates to gpt-5 at random (not on what they answered),
+then GRPO paired over accuracy-first and balanced. From each run's held-out evaluations after SFT and after RL
+(greedy, the same 200 tasks; cluster/heldout.py `escalation`) it prints per preset P(escalate | the two answers
+disagree) and P(escalate | they agree) before and after RL, and the held-out reward's
 change with a paired bootstrap 95 % interval (questions paired, seeds pooled, orchestra/eval/stats.py). RESULT lines:
   rl_control_escalation_gain   under accuracy-first, the rise of P(esc | disagree) - P(esc | agree) through RL
                                (mean over seeds); the goal is >= 0.5
@@ -15,7 +15,8 @@ change with a paired bootstrap 95 % interval (questions paired, seeds pooled, or
   rl_control_gain_<preset>, escalation_disagree_<preset>, escalation_agree_<preset> (after RL), and _sft twins
 It also prints what the training rollouts did (sampled at the training temperature, from the run's episode
 records): P(escalate | disagree) and P(escalate | agree) per preset over the first and the last `window` RL steps,
-with the mean advantage the escalations carried: where RL moved the policy, conditionally or not.
+with the mean advantage the escalations carried and the calls they made: where RL moved the policy, conditionally or
+not.
 A run dir that already holds a summary is read, not trained again (delete it to rerun).
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from statistics import mean
 from types import SimpleNamespace
@@ -123,11 +125,14 @@ def sampled_rates(run_dir: Path, window: int) -> None:
             e = escalation(trajs)
             if not e:
                 continue
-            adv = [t.adv for t in trajs if len(t.tool_records) >= 3 and t.tool_records[2].name != "submit"]
+            escs = [t for t in trajs if len(t.tool_records) >= 3 and t.tool_records[2].name != "submit"]
+            adv = [t.adv for t in escs]
+            # where the escalations went: RL can keep the decision and move its tier (a cheap tier's fresh answer)
+            to = Counter(f"{t.tool_records[2].name}({t.tool_records[2].tool_id})" for t in escs).most_common(3)
             print(f"INFO {run_dir.name} sampled, {name} {window} steps ({lo}-{hi}), {preset}: P(esc|disagree) "
                   f"{e['escalation_disagree']:.2f} ({e['pairs_disagree']:.0f} pairs), P(esc|agree) "
                   f"{e['escalation_agree']:.2f} ({e['pairs_agree']:.0f}); escalations' mean advantage "
-                  f"{mean(adv) if adv else float('nan'):+.2f}")
+                  f"{mean(adv) if adv else float('nan'):+.2f}, to {', '.join(f'{k} {n}' for k, n in to) or '-'}")
 
 
 def main(argv: list[str]) -> None:

@@ -195,11 +195,11 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
 
 def cascade_episodes(cfg: Any, train: list[Task]) -> tuple[list[tuple[Task, Any]], int, int]:
     """`sft.teacher: cascade`'s demonstrations: each task under each vector of the preference pairing consults the
-    cascade's two tiers, then (sft.escalate_on=random) escalates to its final tier with probability
-    `sft.escalate_share` (seeded per task and vector), whatever the two answered, else submits the first answer:
-    consulting without reading. With sft.escalate_on=disagree they read: under the `sft.read_under` vectors the
-    cascade's own rule (escalate exactly when the two answers disagree, orchestra/routing/cascade.py `choose`, which
-    reads them from the prompt as a policy would), under the others a submit. -> (episodes, escalated, reading)."""
+    cascade's two tiers, then, under the `sft.escalate_under` vectors, (sft.escalate_on=random) escalates to its
+    final tier with probability `sft.escalate_share` (seeded per task and vector), whatever the two answered, else
+    submits the first answer: consulting without reading; or (escalate_on=disagree) reads: the cascade's own rule
+    (escalate exactly when the two answers disagree, orchestra/routing/cascade.py `choose`, which reads them from the
+    prompt as a policy would). Under the other vectors it submits. -> (episodes, escalated, reading)."""
     from orchestra.engine.scripted import call_text
     from orchestra.preferences import is_among, parse_preference
     from orchestra.routing.cascade import choose, parse
@@ -207,19 +207,33 @@ def cascade_episodes(cfg: Any, train: list[Task]) -> tuple[list[tuple[Task, Any]
     c = cfg
     cascade = parse(c.sft.cascade)
     a, b = cascade.consult
-    reading = [parse_preference(v) for v in c.sft.read_under] if c.sft.escalate_on == "disagree" else []
+    under = [parse_preference(v) for v in c.sft.escalate_under]
     episodes: list[tuple[Task, Any]] = []
     escalated = read = 0
     for i, task in enumerate(paired_tasks(train, c.data.preference_pairs, c.seed)):
-        if reading and is_among(task.pref, reading):
+        escalates = is_among(task.pref, under)
+        if escalates and c.sft.escalate_on == "disagree":
             read += 1
-            episodes.append((task, choose(cascade)))
+            episodes.append((task, _restating(choose(cascade)) if c.sft.restate else choose(cascade)))
             continue
-        esc = not reading and random.Random(f"cascade:{c.seed}:{i}:{task.id}").random() < c.sft.escalate_share
+        esc = escalates and random.Random(f"cascade:{c.seed}:{i}:{task.id}").random() < c.sft.escalate_share
         escalated += esc
         last = call_text("answer", {"model": cascade.final}) if esc else call_text("submit", {"model": a})
-        episodes.append((task, [call_text("consult", {"model": a}), call_text("consult", {"model": b}), last]))
+        script = [call_text("consult", {"model": a}), call_text("consult", {"model": b}), last]
+        episodes.append((task, _restating(lambda turn, _p, s=script: s[min(turn, 2)]) if c.sft.restate else script))
     return episodes, escalated, read
+
+
+def _restating(rule: Callable[[int, str], str]) -> Callable[[int, str], str]:
+    """`rule` whose calls, once the prompt shows two or more answers, open with their restatement (sft.restate)."""
+    from orchestra.agent.parse import parse
+    from orchestra.agent.prompt import restatement
+
+    def noted(turn: int, prompt: str) -> str:
+        call = rule(turn, prompt)
+        return restatement(prompt, parse(call).calls[0].name) + call
+
+    return noted
 
 
 def cascade_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task], console: Any
@@ -230,7 +244,7 @@ def cascade_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     samples = scripted_samples(episodes, tools, tok, launch.prompter_kwargs(c), c.agent.loop_kwargs(),
                                eos_token_ids(tok), c.sampling.max_tokens)
     n = max(len(episodes), 1)
-    how = (f"following its rule on {read} (under {', '.join(c.sft.read_under)}), submitting on the rest" if read
+    how = (f"following its rule on {read} (under {', '.join(c.sft.escalate_under)}), submitting on the rest" if read
            else f"escalating on {escalated} ({escalated / n:.0%}, whatever the experts answered)")
     console.print(f"  cascade teacher: {len(episodes)} demonstrations of {c.sft.cascade}, {how} -> {len(samples)} "
                   "samples")

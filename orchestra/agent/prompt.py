@@ -150,6 +150,19 @@ def answers_heading(answers: Sequence[dict[str, str]]) -> str:
     return f"Expert answers ({'they agree' if same else 'they differ'}):"
 
 
+def restatement(prompt: str, tool: str) -> str:
+    """The note a policy may write before acting on two or more answers: the last answers heading's verdict and the
+    tool it calls next, "<think>they differ answer</think>" ("" when the prompt shows fewer than two answers). The
+    cascade teacher's demonstrations open their decision turn with it (sft.restate): a 1M-parameter policy does not
+    grow attention from its decision to a heading deep in its prompt under RL's signal (docs/quality.md, RL's
+    positive control), but the word after "differ" is the next token of a position holding "differ" itself."""
+    at = prompt.rfind("Expert answers (")
+    if at < 0:
+        return ""
+    verdict = prompt[at + len("Expert answers ("):].split(")", 1)[0]
+    return f"<think>{verdict} {tool}</think>" if verdict in ("they agree", "they differ") else ""
+
+
 class Prompter:
     def __init__(self, tokenizer: ChatTokenizer, system_prompt: str = "", doc_chars: int = 1200,
                  code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500,

@@ -73,11 +73,11 @@ def validate(cfg: ExperimentConfig) -> None:
         need(0.0 <= cfg.sft.escalate_share <= 1.0, "sft.escalate_share", "must be in [0, 1]")
         need(cfg.sft.escalate_on in ("random", "disagree"), "sft.escalate_on",
              f"must be random or disagree, got {cfg.sft.escalate_on!r}")
-        for spec in cfg.sft.read_under:
+        for spec in cfg.sft.escalate_under:
             try:
                 parse_preference(spec)
             except ValueError as e:
-                raise ConfigError(f"sft.read_under: {spec!r}: {e}") from None
+                raise ConfigError(f"sft.escalate_under: {spec!r}: {e}") from None
         need({"consult", "submit", "answer"} <= set(cfg.zoo.tools), "zoo.tools",
              f"the cascade teacher needs consult, submit and answer, got {list(cfg.zoo.tools)}")
     need(cfg.sft.teacher == "random" or cfg.sft.candidates == 1, "sft.candidates",

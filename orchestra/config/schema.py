@@ -378,12 +378,18 @@ class SFTConfig:
     teacher: str = "random"
     cascade: str = ""  # e.g. answer-2&answer-3>answer-1 (orchestra/routing/cascade.py names)
     escalate_share: float = 0.0
-    # random: the cascade teacher escalates at random (escalate_share), whatever the experts answered;
-    # disagree: it reads them — under the vectors in `read_under` it escalates exactly when the two answers
-    # disagree (the cascade's own rule), under the others it submits. An SFT probe: can the policy follow what its
+    # the vectors whose demonstrations escalate at all (preset names or weight specs); under the others the cascade
+    # teacher always submits (a one-shot label: escalating never pays there). Under these vectors: random: it
+    # escalates at random (escalate_share), whatever the experts answered; disagree: it reads them, escalating
+    # exactly when the two answers disagree (the cascade's own rule). An SFT probe: can the policy follow what its
     # experts said at all when shown (bench/rl_control.py sft.escalate_on=disagree)?
     escalate_on: str = "random"
-    read_under: list[str] = field(default_factory=lambda: ["accuracy-first"])
+    escalate_under: list[str] = field(default_factory=lambda: ["accuracy-first"])
+    # the cascade teacher's decision turn opens with a note: the answers' verdict and the tool it calls next
+    # ("<think>they differ answer</think>", orchestra/agent/prompt.py `restatement`), whatever it then decides: the
+    # word after "differ" is RL's decision, made where "differ" is the current token (docs/quality.md, RL's
+    # positive control)
+    restate: bool = False
     # expected_value: the vectors every explored task is labelled under (preset names or `accuracy=1,cost=0.2`
     # weight specs), plus `vectors_sampled` draws of the training sampler per task
     vectors: list[str] = field(default_factory=lambda: ["accuracy-first", "balanced", "cost-first"])

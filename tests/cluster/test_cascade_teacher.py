@@ -1,6 +1,6 @@
 """The cascade teacher (sft.teacher: cascade, RL's positive control): its demonstrations, played through the agent
 loop on the simulated zoo, escalate at random whatever the experts said (escalate_on=random, the warm start RL
-starts from), or exactly when the two answers disagree under the `read_under` vectors and never under the others
+starts from), or exactly when the two answers disagree under the `escalate_under` vectors and never under the others
 (escalate_on=disagree, the SFT probe), as orchestra/eval/escalation.py measures it."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.warm_start import cascade_episodes
+from orchestra.agent.prompt import restatement
 from orchestra.config import load_config, task_tiers
 from orchestra.data.demos import scripted_trajectories
 from orchestra.data.sources import build_task_set
@@ -15,6 +16,7 @@ from orchestra.eval.escalation import escalation
 from orchestra.policy.models import config_tokenizer
 from orchestra.policy.tokenizer import eos_token_ids
 from orchestra.preferences import PRESETS, is_among
+from orchestra.routing.cascade import agree
 from tools.base import LocalToolClient
 from tools.registry import build_tools, zoo_dict
 
@@ -46,17 +48,39 @@ def test_the_reading_teacher_escalates_exactly_on_disagreement():
 
 def test_the_warm_start_teacher_escalates_whatever_they_said():
     eps = played(["sft.escalate_share=0.5"])
-    esc = [t.tool_records[2].name != "submit" for _, t in eps]
+    esc = [t.tool_records[2].name != "submit" for n, t in eps if n == "accuracy-first"]
     assert 0.3 < sum(esc) / len(esc) < 0.7
-    for preset in ("accuracy-first", "balanced"):  # no rule: escalations on agreeing pairs too
-        r = rates(eps, preset)
-        assert r["escalation_agree"] > 0 and r["escalation_disagree"] < 1
+    r = rates(eps, "accuracy-first")  # no rule: escalations on agreeing pairs too
+    assert r["escalation_agree"] > 0 and r["escalation_disagree"] < 1
+    bal = rates(eps, "balanced")  # outside sft.escalate_under: always a submit
+    assert (bal["escalation_disagree"], bal["escalation_agree"]) == (0.0, 0.0)
+
+
+def test_restating_teachers_note_what_they_saw_and_decide_as_before():
+    plain, noted = played(["sft.escalate_share=0.5", "sft.restate=false"]), played(["sft.escalate_share=0.5"])
+    for (_, a), (_, b) in zip(plain, noted, strict=True):
+        assert [r.name for r in a.tool_records] == [r.name for r in b.tool_records]  # the same random draws
+        recs = b.tool_records
+        verdict = "agree" if agree(recs[0].result.candidate, recs[1].result.candidate) else "differ"
+        assert b.turns[2].text.startswith(f"<think>they {verdict} {recs[2].name}</think><tool_call>")
+        assert not any("<think>" in t.text for t in b.turns[:2])  # one answer seen: nothing to restate
+    assert {n: rates(noted, n) for n in PRESETS} == {n: rates(plain, n) for n in PRESETS}
+    read = played(["sft.escalate_on=disagree", "sft.restate=true"])
+    assert (rates(read, "accuracy-first")["escalation_disagree"], rates(read, "accuracy-first")["escalation_agree"]) \
+        == (1.0, 0.0)
+
+
+def test_restatement_reads_the_last_heading():
+    assert restatement("Expert answers:\nanswer-4: B", "consult") == ""
+    assert restatement("Expert answers (they agree):\na: B\nb: B\n...Expert answers (they differ):\na: B\nb: C",
+                       "answer") == "<think>they differ answer</think>"
+    assert restatement("no answers yet", "submit") == ""
 
 
 def test_reading_vectors_are_checked_at_load():
     from orchestra.config import ConfigError
 
-    with pytest.raises(ConfigError, match=r"sft\.read_under"):
-        load_config(["experiment=adaptive_control", "sft.read_under=[no-such-preset]"])
+    with pytest.raises(ConfigError, match=r"sft\.escalate_under"):
+        load_config(["experiment=adaptive_control", "sft.escalate_under=[no-such-preset]"])
     with pytest.raises(ConfigError, match=r"sft\.escalate_on"):
         load_config(["experiment=adaptive_control", "sft.escalate_on=always"])
