@@ -31,7 +31,7 @@ import ray
 from actors.tool_client import RayToolClient
 from cluster import launch
 from cluster.rollouts import paired_tasks
-from orchestra.data.demos import demo_samples, label_repeats, scripted_samples, sft_batches, sft_lr
+from orchestra.data.demos import Script, demo_samples, label_repeats, scripted_samples, sft_batches, sft_lr
 from orchestra.policy.models import config_tokenizer
 from orchestra.policy.tokenizer import eos_token_ids
 from orchestra.routing.cascade import script_of
@@ -193,7 +193,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                      "teacher_mix": {k: dict(v) for k, v in mix.items()}}
 
 
-def cascade_episodes(cfg: Any, train: list[Task]) -> tuple[list[tuple[Task, Any]], int, int]:
+def cascade_episodes(cfg: Any, train: list[Task]) -> tuple[list[tuple[Task, Script]], int, int]:
     """`sft.teacher: cascade`'s demonstrations: each task under each vector of the preference pairing consults the
     cascade's two tiers, then, under the `sft.escalate_under` vectors, (sft.escalate_on=random) escalates to its
     final tier with probability `sft.escalate_share` (seeded per task and vector), whatever the two answered, else
@@ -208,26 +208,30 @@ def cascade_episodes(cfg: Any, train: list[Task]) -> tuple[list[tuple[Task, Any]
     cascade = parse(c.sft.cascade)
     a, b = cascade.consult
     under = [parse_preference(v) for v in c.sft.escalate_under]
-    episodes: list[tuple[Task, Any]] = []
+    episodes: list[tuple[Task, Script]] = []
     escalated = read = 0
     for i, task in enumerate(paired_tasks(train, c.data.preference_pairs, c.seed)):
         escalates = is_among(task.pref, under)
+        script: Script
         if escalates and c.sft.escalate_on == "disagree":
             read += 1
-            episodes.append((task, _restating(choose(cascade)) if c.sft.restate else choose(cascade)))
-            continue
-        esc = escalates and random.Random(f"cascade:{c.seed}:{i}:{task.id}").random() < c.sft.escalate_share
-        escalated += esc
-        last = call_text("answer", {"model": cascade.final}) if esc else call_text("submit", {"model": a})
-        script = [call_text("consult", {"model": a}), call_text("consult", {"model": b}), last]
-        episodes.append((task, _restating(lambda turn, _p, s=script: s[min(turn, 2)]) if c.sft.restate else script))
+            script = choose(cascade)
+        else:
+            esc = escalates and random.Random(f"cascade:{c.seed}:{i}:{task.id}").random() < c.sft.escalate_share
+            escalated += esc
+            last = call_text("answer", {"model": cascade.final}) if esc else call_text("submit", {"model": a})
+            script = [call_text("consult", {"model": a}), call_text("consult", {"model": b}), last]
+        episodes.append((task, _restating(script) if c.sft.restate else script))
     return episodes, escalated, read
 
 
-def _restating(rule: Callable[[int, str], str]) -> Callable[[int, str], str]:
-    """`rule` whose calls, once the prompt shows two or more answers, open with their restatement (sft.restate)."""
+def _restating(script: Script) -> Callable[[int, str], str]:
+    """`script` whose calls, once the prompt shows two or more answers, open with their restatement (sft.restate)."""
     from orchestra.agent.parse import parse
     from orchestra.agent.prompt import restatement
+    from orchestra.engine.scripted import as_rule
+
+    rule = as_rule(script)
 
     def noted(turn: int, prompt: str) -> str:
         call = rule(turn, prompt)

@@ -141,13 +141,16 @@ def _fit(items: list[str], budget: int, label: str) -> str:
     return note + "\n".join(reversed(body.split("\n")))
 
 
+VERDICTS = ("they agree", "they differ")  # the answers heading's two verdicts (`answers_heading`, `restatement`)
+
+
 def answers_heading(answers: Sequence[dict[str, str]]) -> str:
     """"Expert answers:", and with two or more whether they all agree (orchestra/routing/cascade.py `agree`): a
     1M-parameter policy compares two multi-token answers poorly, and agreement is what an adaptive plan acts on."""
     if len(answers) < 2:
         return "Expert answers:"
     same = all(agree(answers[0]["answer"], a["answer"]) for a in answers[1:])
-    return f"Expert answers ({'they agree' if same else 'they differ'}):"
+    return f"Expert answers ({VERDICTS[0] if same else VERDICTS[1]}):"
 
 
 def restatement(prompt: str, tool: str) -> str:
@@ -160,7 +163,7 @@ def restatement(prompt: str, tool: str) -> str:
     if at < 0:
         return ""
     verdict = prompt[at + len("Expert answers ("):].split(")", 1)[0]
-    return f"<think>{verdict} {tool}</think>" if verdict in ("they agree", "they differ") else ""
+    return f"<think>{verdict} {tool}</think>" if verdict in VERDICTS else ""
 
 
 class Prompter:

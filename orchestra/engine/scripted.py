@@ -50,12 +50,17 @@ class RouterEngine:
         return Generation(ids, [0.0] * len(ids), "stop")
 
 
-def script_engine(tokenizer: Any, script: list[str] | Callable[[int, str], str], eos_token_id: int) -> RouterEngine:
-    """One episode's engine replaying `script` (its last entry repeats if the episode runs longer), or, for a plan
-    that acts on what it sees (orchestra/routing/cascade.py `choose`), asking `script(turn, prompt text)`."""
+def as_rule(script: list[str] | Callable[[int, str], str]) -> Callable[[int, str], str]:
+    """A script as a rule (turn, prompt text) -> the next call: fixed call texts replay in order, the last one
+    repeating if the episode runs longer; a rule (orchestra/routing/cascade.py `choose`) is itself."""
     if callable(script):
-        return RouterEngine(tokenizer, script, eos_token_id)
-    return RouterEngine(tokenizer, lambda turn, _prompt: script[min(turn, len(script) - 1)], eos_token_id)
+        return script
+    return lambda turn, _prompt: script[min(turn, len(script) - 1)]
+
+
+def script_engine(tokenizer: Any, script: list[str] | Callable[[int, str], str], eos_token_id: int) -> RouterEngine:
+    """One episode's engine playing `script` (`as_rule`)."""
+    return RouterEngine(tokenizer, as_rule(script), eos_token_id)
 
 
 # What a finished step leaves in a reprompt-mode prompt (orchestra.agent.prompt.Prompter.reprompt_user): its section,
