@@ -135,6 +135,57 @@ def sampled_rates(run_dir: Path, window: int) -> None:
                   f"{mean(adv) if adv else float('nan'):+.2f}, to {', '.join(f'{k} {n}' for k, n in to) or '-'}")
 
 
+def decision_probs(run_dir: Path, window: int) -> dict[str, float]:
+    """The policy's own P(escalate) at the decision, per context, from the training records' logged log-probs: far
+    less noisy than sampled rates (each episode gives a probability, not a coin). The decision token is, per context
+    (the two consults agree or not), the first position where the most common escalating and submitting replies of
+    the third turn differ; an episode counts where its reply shares their prefix up to it. P(escalate) there is
+    exp(logprob) for an escalation, 1 - exp(logprob) for a submit (the two tokens hold all the mass the policy puts
+    there). INFO per `window` steps under accuracy-first; returns rl_control_policy_gap_first / _last: mean P(esc |
+    disagree) - mean P(esc | agree) over the first and the last window."""
+    import math
+
+    from orchestra.preferences import PRESETS, is_among
+    from orchestra.routing.cascade import agree
+    from orchestra.rundir.records import read_records
+
+    rows = []  # (step, agreed, escalated, response ids, logprobs) of accuracy-first's decision turns
+    for r in read_records(run_dir):
+        calls, turns = r.get("tool_calls") or [], r.get("turns") or []
+        if r.get("kind") != "train" or len(calls) < 3 or len(turns) < 3 or \
+                not is_among(r["task"]["pref"], [PRESETS["accuracy-first"]]) or \
+                any(c["name"] != "consult" or c["result"]["meta"].get("candidate") is None for c in calls[:2]):
+            continue
+        same = agree(*(c["result"]["meta"]["candidate"] for c in calls[:2]))
+        rows.append((int(r["step"]), same, calls[2]["name"] != "submit", tuple(turns[2]["response_ids"]),
+                     turns[2]["logprobs"]))
+    probs: dict[tuple[int, bool], list[float]] = {}
+    for same in (True, False):
+        common = [Counter(ids for _, a, e, ids, _ in rows if a == same and e == esc).most_common(1) for esc in
+                  (True, False)]
+        if not all(common):
+            continue
+        esc_ids, sub_ids = common[0][0][0], common[1][0][0]
+        i = next((k for k, (x, y) in enumerate(zip(esc_ids, sub_ids)) if x != y), None)
+        if i is None:
+            continue
+        for step, a, esc, ids, lps in rows:
+            if a == same and len(ids) > i and ids[:i] == esc_ids[:i]:
+                p = math.exp(lps[i])
+                probs.setdefault(((step - 1) // window, same), []).append(p if esc else 1 - p)
+    windows = sorted({w for w, _ in probs})
+    gaps = []
+    for w in windows:
+        d, a = probs.get((w, False)), probs.get((w, True))
+        if not d or not a:
+            continue
+        gaps.append(mean(d) - mean(a))
+        print(f"INFO {run_dir.name} policy, steps {w * window + 1}-{w * window + window}, accuracy-first: mean "
+              f"P(esc | disagree) {mean(d):.3f} ({len(d)}), mean P(esc | agree) {mean(a):.3f} ({len(a)}), "
+              f"gap {gaps[-1]:+.3f}")
+    return {"rl_control_policy_gap_first": gaps[0], "rl_control_policy_gap_last": gaps[-1]} if gaps else {}
+
+
 def main(argv: list[str]) -> None:
     from orchestra.eval.stats import paired_bootstrap_diff
 
@@ -144,8 +195,13 @@ def main(argv: list[str]) -> None:
     root = Path(args.get("root", ROOT / "runs" / "rl_control"))
     out: dict[str, float] = reading_window(overrides)
     runs = [train(s, root / f"s{s}", overrides) for s in range(int(args.get("seeds", 2)))]
+    policy: list[dict[str, float]] = []
     for s in range(len(runs)):
         sampled_rates(root / f"s{s}", int(args.get("window", 10)))
+        policy.append(decision_probs(root / f"s{s}", int(args.get("window", 10))))
+    for k in ("rl_control_policy_gap_first", "rl_control_policy_gap_last"):
+        if all(k in g for g in policy):
+            out[k] = mean(g[k] for g in policy)
     for p in PRESETS:
         before = [rates(r["after_sft"], p) for r in runs]
         after = [rates(r["after_rl"], p) for r in runs]
