@@ -13,10 +13,12 @@ change with a paired bootstrap 95 % interval (questions paired, seeds pooled, or
                                (mean over seeds); the goal is >= 0.5
   rl_control_gain_ci_low       the low end of accuracy-first's reward-gain interval (goal: > 0)
   rl_control_gain_<preset>, escalation_disagree_<preset>, escalation_agree_<preset> (after RL), and _sft twins
+  rl_control_policy_gap_first / _last   the policy's own mean P(esc | disagree) - mean P(esc | agree) at the
+                               decision token over the first / last `window` training steps (logged log-probs)
 It also prints what the training rollouts did (sampled at the training temperature, from the run's episode
 records): P(escalate | disagree) and P(escalate | agree) per preset over the first and the last `window` RL steps,
 with the mean advantage the escalations carried and the calls they made: where RL moved the policy, conditionally or
-not.
+not; and where the held-out greedy policy's escalations went after RL (the tier: gpt-5 or a cheap re-ask).
 A run dir that already holds a summary is read, not trained again (delete it to rerun).
 """
 
@@ -106,33 +108,53 @@ def reading_window(overrides: list[str]) -> dict[str, float]:
     return {"rl_control_read_margin": min(c - ends[0], ends[1] - c)}
 
 
-def sampled_rates(run_dir: Path, window: int) -> None:
-    """INFO lines: the training rollouts' escalation rates per preset over the first and the last `window` steps."""
-    from orchestra.eval.escalation import escalation
+def trajectories(recs: list[dict], preset: str) -> list[SimpleNamespace]:
+    """The records played under `preset` as what orchestra.eval.escalation reads (tool records), with advantages."""
     from orchestra.preferences import PRESETS, is_among
-    from orchestra.rundir.records import read_records
     from orchestra.types import ToolRecord, ToolResult
 
-    recs = [r for r in read_records(run_dir) if r.get("kind") == "train"]
+    return [SimpleNamespace(tool_records=[ToolRecord(**{**c, "result": ToolResult.from_dict(c["result"])})
+                                          for c in r["tool_calls"]], adv=float(r["advantage"]))
+            for r in recs if is_among(r["task"]["pref"], [PRESETS[preset]])]
+
+
+def escalations(trajs: list[SimpleNamespace]) -> tuple[list[SimpleNamespace], str]:
+    """The episodes whose third call was not a submit, and where they went (tool(tier), the 3 most common): RL can
+    keep the decision and move its tier (a cheap tier's fresh answer instead of the final one)."""
+    escs = [t for t in trajs if len(t.tool_records) >= 3 and t.tool_records[2].name != "submit"]
+    to = Counter(f"{t.tool_records[2].name}({t.tool_records[2].tool_id})" for t in escs).most_common(3)
+    return escs, ", ".join(f"{k} {n}" for k, n in to) or "-"
+
+
+def sampled_rates(run_dir: Path, window: int) -> None:
+    """INFO lines: the training rollouts' escalation rates per preset over the first and the last `window` steps,
+    and where the held-out greedy policy's escalations went after RL."""
+    from orchestra.eval.escalation import escalation
+    from orchestra.preferences import PRESETS
+    from orchestra.rundir.records import read_records
+
+    records = list(read_records(run_dir))
+    recs = [r for r in records if r.get("kind") == "train"]
     if not recs:
         return
     last = max(int(r["step"]) for r in recs)
     for name, lo, hi in (("first", 1, window), ("last", last - window + 1, last)):
         for preset in PRESETS:
-            trajs = [SimpleNamespace(tool_records=[ToolRecord(**{**c, "result": ToolResult.from_dict(c["result"])})
-                                                   for c in r["tool_calls"]], adv=float(r["advantage"]))
-                     for r in recs if lo <= int(r["step"]) <= hi and is_among(r["task"]["pref"], [PRESETS[preset]])]
+            trajs = trajectories([r for r in recs if lo <= int(r["step"]) <= hi], preset)
             e = escalation(trajs)
             if not e:
                 continue
-            escs = [t for t in trajs if len(t.tool_records) >= 3 and t.tool_records[2].name != "submit"]
+            escs, to = escalations(trajs)
             adv = [t.adv for t in escs]
-            # where the escalations went: RL can keep the decision and move its tier (a cheap tier's fresh answer)
-            to = Counter(f"{t.tool_records[2].name}({t.tool_records[2].tool_id})" for t in escs).most_common(3)
             print(f"INFO {run_dir.name} sampled, {name} {window} steps ({lo}-{hi}), {preset}: P(esc|disagree) "
                   f"{e['escalation_disagree']:.2f} ({e['pairs_disagree']:.0f} pairs), P(esc|agree) "
                   f"{e['escalation_agree']:.2f} ({e['pairs_agree']:.0f}); escalations' mean advantage "
-                  f"{mean(adv) if adv else float('nan'):+.2f}, to {', '.join(f'{k} {n}' for k, n in to) or '-'}")
+                  f"{mean(adv) if adv else float('nan'):+.2f}, to {to}")
+    final = [r for r in records if r.get("kind") == "eval" and str(r.get("id", "")).startswith("eval-final-")]
+    for preset in PRESETS:
+        escs, to = escalations(trajectories(final, preset))
+        if escs:
+            print(f"INFO {run_dir.name} held out after RL, {preset}: {len(escs)} escalations, to {to}")
 
 
 def decision_probs(run_dir: Path, window: int) -> dict[str, float]:
