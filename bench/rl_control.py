@@ -109,12 +109,14 @@ def reading_window(overrides: list[str]) -> dict[str, float]:
 
 
 def trajectories(recs: list[dict], preset: str) -> list[SimpleNamespace]:
-    """The records played under `preset` as what orchestra.eval.escalation reads (tool records), with advantages."""
+    """The records played under `preset` as what orchestra.eval.escalation reads (tool records), with their
+    advantages, steps and turns."""
     from orchestra.preferences import PRESETS, is_among
     from orchestra.types import ToolRecord, ToolResult
 
     return [SimpleNamespace(tool_records=[ToolRecord(**{**c, "result": ToolResult.from_dict(c["result"])})
-                                          for c in r["tool_calls"]], adv=float(r["advantage"]))
+                                          for c in r["tool_calls"]], adv=float(r["advantage"]),
+                            step=int(r["step"]), turns=r.get("turns") or [])
             for r in recs if is_among(r["task"]["pref"], [PRESETS[preset]])]
 
 
@@ -126,19 +128,17 @@ def escalations(trajs: list[SimpleNamespace]) -> tuple[list[SimpleNamespace], st
     return escs, ", ".join(f"{k} {n}" for k, n in to) or "-"
 
 
-def sampled_rates(run_dir: Path, window: int) -> None:
+def sampled_rates(name: str, records: list[dict], window: int) -> None:
     """INFO lines: the training rollouts' escalation rates per preset over the first and the last `window` steps,
-    and where the held-out greedy policy's escalations went after RL."""
+    and where the held-out greedy policy's escalations went after RL (records: a run's, `name` its dir's)."""
     from orchestra.eval.escalation import escalation
     from orchestra.preferences import PRESETS
-    from orchestra.rundir.records import read_records
 
-    records = list(read_records(run_dir))
     recs = [r for r in records if r.get("kind") == "train"]
     if not recs:
         return
     last = max(int(r["step"]) for r in recs)
-    for name, lo, hi in (("first", 1, window), ("last", last - window + 1, last)):
+    for part, lo, hi in (("first", 1, window), ("last", last - window + 1, last)):
         for preset in PRESETS:
             trajs = trajectories([r for r in recs if lo <= int(r["step"]) <= hi], preset)
             e = escalation(trajs)
@@ -146,7 +146,7 @@ def sampled_rates(run_dir: Path, window: int) -> None:
                 continue
             escs, to = escalations(trajs)
             adv = [t.adv for t in escs]
-            print(f"INFO {run_dir.name} sampled, {name} {window} steps ({lo}-{hi}), {preset}: P(esc|disagree) "
+            print(f"INFO {name} sampled, {part} {window} steps ({lo}-{hi}), {preset}: P(esc|disagree) "
                   f"{e['escalation_disagree']:.2f} ({e['pairs_disagree']:.0f} pairs), P(esc|agree) "
                   f"{e['escalation_agree']:.2f} ({e['pairs_agree']:.0f}); escalations' mean advantage "
                   f"{mean(adv) if adv else float('nan'):+.2f}, to {to}")
@@ -154,10 +154,10 @@ def sampled_rates(run_dir: Path, window: int) -> None:
     for preset in PRESETS:
         escs, to = escalations(trajectories(final, preset))
         if escs:
-            print(f"INFO {run_dir.name} held out after RL, {preset}: {len(escs)} escalations, to {to}")
+            print(f"INFO {name} held out after RL, {preset}: {len(escs)} escalations, to {to}")
 
 
-def decision_probs(run_dir: Path, window: int) -> dict[str, float]:
+def decision_probs(name: str, records: list[dict], window: int) -> dict[str, float]:
     """The policy's own P(escalate) at the decision, per context, from the training records' logged log-probs: far
     less noisy than sampled rates (each episode gives a probability, not a coin). The decision token is, per context
     (the two consults agree or not), the first position where the most common escalating and submitting replies of
@@ -167,20 +167,12 @@ def decision_probs(run_dir: Path, window: int) -> dict[str, float]:
     disagree) - mean P(esc | agree) over the first and the last window."""
     import math
 
-    from orchestra.preferences import PRESETS, is_among
-    from orchestra.routing.cascade import agree
-    from orchestra.rundir.records import read_records
+    from orchestra.eval.escalation import decision
 
     rows = []  # (step, agreed, escalated, response ids, logprobs) of accuracy-first's decision turns
-    for r in read_records(run_dir):
-        calls, turns = r.get("tool_calls") or [], r.get("turns") or []
-        if r.get("kind") != "train" or len(calls) < 3 or len(turns) < 3 or \
-                not is_among(r["task"]["pref"], [PRESETS["accuracy-first"]]) or \
-                any(c["name"] != "consult" or c["result"]["meta"].get("candidate") is None for c in calls[:2]):
-            continue
-        same = agree(*(c["result"]["meta"]["candidate"] for c in calls[:2]))
-        rows.append((int(r["step"]), same, calls[2]["name"] != "submit", tuple(turns[2]["response_ids"]),
-                     turns[2]["logprobs"]))
+    for t in trajectories([r for r in records if r.get("kind") == "train"], "accuracy-first"):
+        if (d := decision(t)) is not None and len(t.turns) >= 3:
+            rows.append((t.step, *d, tuple(t.turns[2]["response_ids"]), t.turns[2]["logprobs"]))
     probs: dict[tuple[int, bool], list[float]] = {}
     for same in (True, False):
         common = [Counter(ids for _, a, e, ids, _ in rows if a == same and e == esc).most_common(1) for esc in
@@ -202,7 +194,7 @@ def decision_probs(run_dir: Path, window: int) -> dict[str, float]:
         if not d or not a:
             continue
         gaps.append(mean(d) - mean(a))
-        print(f"INFO {run_dir.name} policy, steps {w * window + 1}-{w * window + window}, accuracy-first: mean "
+        print(f"INFO {name} policy, steps {w * window + 1}-{w * window + window}, accuracy-first: mean "
               f"P(esc | disagree) {mean(d):.3f} ({len(d)}), mean P(esc | agree) {mean(a):.3f} ({len(a)}), "
               f"gap {gaps[-1]:+.3f}")
     return {"rl_control_policy_gap_first": gaps[0], "rl_control_policy_gap_last": gaps[-1]} if gaps else {}
@@ -217,10 +209,13 @@ def main(argv: list[str]) -> None:
     root = Path(args.get("root", ROOT / "runs" / "rl_control"))
     out: dict[str, float] = reading_window(overrides)
     runs = [train(s, root / f"s{s}", overrides) for s in range(int(args.get("seeds", 2)))]
+    from orchestra.rundir.records import read_records
+
     policy: list[dict[str, float]] = []
-    for s in range(len(runs)):
-        sampled_rates(root / f"s{s}", int(args.get("window", 10)))
-        policy.append(decision_probs(root / f"s{s}", int(args.get("window", 10))))
+    for s in range(len(runs)):  # a run's records read once (tens of MB) for both readings
+        records = read_records(root / f"s{s}")
+        sampled_rates(f"s{s}", records, int(args.get("window", 10)))
+        policy.append(decision_probs(f"s{s}", records, int(args.get("window", 10))))
     for k in ("rl_control_policy_gap_first", "rl_control_policy_gap_last"):
         if all(k in g for g in policy):
             out[k] = mean(g[k] for g in policy)

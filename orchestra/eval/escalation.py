@@ -16,18 +16,24 @@ from typing import Any
 from orchestra.routing.cascade import agree
 
 
+def decision(traj: Any) -> tuple[bool, bool] | None:
+    """(the two answers agreed, the next call escalated) for an episode that consulted two tiers that both answered
+    and then made a third call; None for any other."""
+    recs = list(getattr(traj, "tool_records", None) or [])
+    if len(recs) < 3 or any(r.name != "consult" or not r.result.ok or r.result.candidate is None for r in recs[:2]):
+        return None
+    return agree(recs[0].result.candidate, recs[1].result.candidate), recs[2].name != "submit"
+
+
 def escalation(trajectories: Iterable[Any]) -> dict[str, float]:
     """{escalation_disagree, escalation_agree (nan where no such episode), pairs_disagree, pairs_agree}; {} when no
     episode consulted two experts first."""
     counts = {True: [0, 0], False: [0, 0]}  # agreed -> [episodes, escalations]
     for traj in trajectories:
-        recs = list(getattr(traj, "tool_records", None) or [])
-        if len(recs) < 3 or any(r.name != "consult" or not r.result.ok or r.result.candidate is None
-                                for r in recs[:2]):
+        if (d := decision(traj)) is None:
             continue
-        same = agree(recs[0].result.candidate, recs[1].result.candidate)
-        counts[same][0] += 1
-        counts[same][1] += int(recs[2].name != "submit")
+        counts[d[0]][0] += 1
+        counts[d[0]][1] += int(d[1])
     if not counts[True][0] and not counts[False][0]:
         return {}
 

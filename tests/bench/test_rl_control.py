@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestra.preferences import PRESETS
-from orchestra.rundir.records import EpisodeLog
+from orchestra.rundir.records import EpisodeLog, read_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from rl_control import decision_probs  # noqa: E402
@@ -28,7 +28,7 @@ def record(step: int, pref: str, answers: tuple[str, str], escalate: bool, p_esc
     verdict = AGREE if answers[0] == answers[1] else DIFFER
     ids = [THINK, THEY, verdict, ANSWER if escalate else SUBMIT, END]
     lps = [0.0, 0.0, 0.0, math.log(p_escalate if escalate else 1 - p_escalate), 0.0]
-    return {"kind": "train", "step": step, "task": {"pref": PRESETS[pref]},
+    return {"kind": "train", "step": step, "task": {"pref": PRESETS[pref]}, "advantage": 0.0,
             "tool_calls": [call("consult", "answer-4", answers[0]), call("consult", "answer-3", answers[1]),
                            call("answer" if escalate else "submit", "answer-1")],
             "turns": [{"response_ids": [9], "logprobs": [0.0]}] * 2 + [{"response_ids": ids, "logprobs": lps}]}
@@ -42,7 +42,7 @@ def test_the_policys_own_escalation_probability_per_context(tmp_path, capsys):
                      record(step, "accuracy-first", ("A", "A"), esc, p_agr),
                      record(step, "balanced", ("A", "B"), esc, 0.5)]  # another preset: not counted
     EpisodeLog(tmp_path).write("step_000001", recs)
-    got = decision_probs(tmp_path, window=1)
+    got = decision_probs("s0", read_records(tmp_path), window=1)
     assert got["rl_control_policy_gap_first"] == pytest.approx(0.0)
     assert got["rl_control_policy_gap_last"] == pytest.approx(0.8)
     assert "steps 2-2, accuracy-first: mean P(esc | disagree) 0.900 (2), mean P(esc | agree) 0.100 (2)" in \
@@ -51,4 +51,4 @@ def test_the_policys_own_escalation_probability_per_context(tmp_path, capsys):
 
 def test_no_figure_without_both_decisions(tmp_path):
     EpisodeLog(tmp_path).write("step_000001", [record(1, "accuracy-first", ("A", "B"), False, 0.3)])
-    assert decision_probs(tmp_path, window=1) == {}
+    assert decision_probs("s0", read_records(tmp_path), window=1) == {}
