@@ -46,7 +46,8 @@ import time
 import uuid
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop import agent_loop as verl_agent_loop
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
 from orchestra.agent.loop import AgentLoop, episode_samples
 from orchestra.agent.prompt import Prompter
@@ -200,7 +201,6 @@ def episode_outputs(traj: Trajectory, extra: dict[str, Any], *, prompt_len: int,
     return outs
 
 
-@register(AGENT_NAME)
 class OrchestraAgentLoop(AgentLoopBase):
     """verl AgentLoopBase running orchestra's AgentLoop. Extra constructor arguments come from the agent-loop
     yaml (cluster/verl_stage.py): `orchestra_overrides` (our config), and for tests `tool_client` /
@@ -286,3 +286,17 @@ class OrchestraAgentLoop(AgentLoopBase):
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self._eos_ids()[0]
         return episode_outputs(traj, extra, prompt_len=self.prompt_len, response_len=self.response_len,
                                fallback_prompt=fallback, pad_id=pad, reward_score=score, reward_info=info)
+
+
+def register_loop() -> None:
+    """Register the loop under AGENT_NAME unless an entry is already there. verl's own `@register` would replace
+    it, and the entry the job's agent-loop yaml put there carries `orchestra_overrides` (the run's config):
+    AgentLoopWorker loads that yaml first and imports this module on the first episode's instantiate, so a
+    decorator here swapped the yaml's entry for a bare one and every later episode ran with the default
+    experiment's config (its tools, turns, rubric), not the job's; a job whose zoo lacked cpu_tiny's `search`
+    crashed on looking up `tool:search`."""
+    verl_agent_loop._agent_loop_registry.setdefault(
+        AGENT_NAME, {"_target_": f"{OrchestraAgentLoop.__module__}.{OrchestraAgentLoop.__qualname__}"})
+
+
+register_loop()

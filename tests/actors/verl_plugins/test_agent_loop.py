@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from dataclasses import asdict
 
 import numpy as np
@@ -37,6 +40,7 @@ from reward.score import score_group  # noqa: E402
 from tests.helpers.fakes import ByteTokenizer, FakeTool, call_text, close, make_task  # noqa: E402
 from tools.base import LocalToolClient  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[3]
 PROMPT_LEN, RESPONSE_LEN = 4096, 1024
 
 
@@ -108,6 +112,26 @@ BASE = ["experiment=cpu_tiny", "reward=toolorchestra", "sampling.max_tokens=200"
 
 def test_registered_with_verl():
     assert _agent_loop_registry["orchestra"]["_target_"] == "actors.verl_plugins.agent_loop.OrchestraAgentLoop"
+
+
+def test_importing_the_loop_keeps_the_jobs_agent_loop_entry(tmp_path):
+    """verl's AgentLoopWorker loads the job's agent-loop yaml into its registry, then imports our module on the
+    first episode's instantiate: the import must not swap the yaml's entry (which carries the run's config) for a
+    bare one, or every later episode runs the default experiment (a fresh interpreter: the import happens there)."""
+    entries = agent_loop_entries(["experiment=adaptive_control", "algo.steps=3"])
+    (tmp_path / "agent_loop.yaml").write_text(OmegaConf.to_yaml(entries))
+    code = (
+        "import sys\n"
+        "from omegaconf import OmegaConf\n"
+        "from verl.experimental.agent_loop import agent_loop as v\n"
+        "for c in OmegaConf.load(sys.argv[1]):\n"  # as AgentLoopWorker.__init__ does
+        "    v._agent_loop_registry[c.name] = c\n"
+        "import actors.verl_plugins.agent_loop  # noqa: F401\n"
+        "print(list(v._agent_loop_registry['orchestra'].get('orchestra_overrides', [])))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "agent_loop.yaml")], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "['experiment=adaptive_control', 'algo.steps=3']"
 
 
 async def test_reprompt_group_reward_one_output_per_turn():
