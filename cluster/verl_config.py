@@ -150,6 +150,20 @@ def context_lengths(cfg: ExperimentConfig) -> dict[str, int]:
             "max_model_len": min(max(cfg.engine.max_model_len, context), positions)}
 
 
+def rows_per_step(cfg: ExperimentConfig) -> int:
+    """verl's prompts (parquet rows) per RL step, `data.train_batch_size`: `algo.prompts_per_step` tasks, each once
+    per vector of `data.preference_pairs` (stage() writes a task's rows adjacent, unshuffled), so a step plays the
+    groups the local trainer's step plays (docs/configuration.md). Until issue 51 verl took prompts_per_step rows:
+    a paired step held 1/K of the tasks the same config gave the local backend."""
+    n = cfg.algo.prompts_per_step
+    if not cfg.data.preference_pairs:
+        return n
+    from orchestra.preferences import parse_pairs
+
+    k, fixed = parse_pairs(cfg.data.preference_pairs)
+    return n * (k or len(fixed))
+
+
 def mini_batch_prompts(cfg: ExperimentConfig) -> int:
     """`actor.ppo_mini_batch_size`, in prompts (verl multiplies it by rollout.n). Decided (issue 47, F3): one
     optimizer step per RL step, as the local learner takes. In reprompt mode every turn is a row, and verl cuts a
@@ -157,23 +171,25 @@ def mini_batch_prompts(cfg: ExperimentConfig) -> int:
     T-turn episodes took T steps, the later ones off-policy. Sized in turns (prompts x max_turns), all of a step's
     rows fit one mini-batch; verl pads the step to it with empty rows (no loss, 128 tokens each). separate_async
     cannot: verl asserts train_batch_size == parameter_sync_step x ppo_mini_batch_size there."""
-    al, a = cfg.algo, cfg.agent
-    if a.context_mode == "reprompt" and cfg.verl.trainer_mode != "separate_async":
-        return al.prompts_per_step * a.max_turns
-    return al.prompts_per_step
+    rows = rows_per_step(cfg)
+    if cfg.agent.context_mode == "reprompt" and cfg.verl.trainer_mode != "separate_async":
+        return rows * cfg.agent.max_turns
+    return rows
 
 
 def updates_line(cfg: ExperimentConfig) -> str:
     """What one RL step does to the optimizer, printed by the dry run and at the job's start."""
     al, a = cfg.algo, cfg.agent
-    mini = mini_batch_prompts(cfg)
-    if a.context_mode == "reprompt" and mini == al.prompts_per_step:
+    mini, step = mini_batch_prompts(cfg), rows_per_step(cfg)
+    tasks = f"{step} prompts" + (f" = {al.prompts_per_step} tasks x their {step // al.prompts_per_step} paired "
+                                 f"vectors" if step != al.prompts_per_step else "")
+    if a.context_mode == "reprompt" and mini == step:
         return (f"verl updates: about T optimizer steps per RL step, T = the step's mean turns per episode "
-                f"(separate_async: actor.ppo_mini_batch_size = prompts_per_step = {mini}); the later ones off-policy")
+                f"(separate_async: actor.ppo_mini_batch_size = {tasks}); the later ones off-policy")
     rows = mini * al.group_size
     return (f"verl updates: {al.ppo_epochs} optimizer step(s) per RL step (actor.ppo_mini_batch_size = {mini} prompts"
-            + (f" = {al.prompts_per_step} x agent.max_turns {a.max_turns}: every turn of the step in one mini-batch "
-               f"of {rows} rows, padded with empty rows" if mini != al.prompts_per_step else "") + ")")
+            + (f" = {tasks} x agent.max_turns {a.max_turns}: every turn of the step in one mini-batch "
+               f"of {rows} rows, padded with empty rows" if mini != step else f" = {tasks}") + ")")
 
 
 def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> list[str]:
@@ -206,7 +222,7 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         # data: our task set, staged as verl parquet (prompt, reward_model.ground_truth, extra_info.task); paired
         # preferences are staged as adjacent rows (one per vector), so the dataloader keeps its order
         f"data.train_files={stage}/train.parquet", f"data.val_files={stage}/val.parquet",
-        f"data.train_batch_size={al.prompts_per_step}", f"data.max_prompt_length={prompt_len}",
+        f"data.train_batch_size={rows_per_step(cfg)}", f"data.max_prompt_length={prompt_len}",
         f"data.max_response_length={response_len}", "data.filter_overlong_prompts=False",
         "data.truncation=left", "data.return_raw_chat=True", f"data.seed={cfg.seed}",
         f"data.shuffle={not cfg.data.preference_pairs}",
@@ -268,7 +284,7 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
     ]
     if v.trainer_mode == "separate_async":
         # trainer_separate_async.py:59 asserts train_batch_size == parameter_sync_step * ppo_mini_batch_size
-        # (both are prompts_per_step here: one weight sync per step); :68 refuses the `naive` engine
+        # (both are rows_per_step here: one weight sync per step); :68 refuses the `naive` engine
         o += ["trainer.v1.separate_async.parameter_sync_step=1",
               f"{ar}.rollout.checkpoint_engine.backend=nccl"]
     if cpu:

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("hydra")
 
-from cluster.verl_config import compose, context_lengths, updates_line, verl_overrides  # noqa: E402
+from cluster.verl_config import compose, context_lengths, rows_per_step, updates_line, verl_overrides  # noqa: E402
 from cluster.verl_job import platform_env  # noqa: E402
 from orchestra.config import ConfigError, load_config  # noqa: E402
 
@@ -44,7 +44,7 @@ def test_one_optimizer_step_per_rl_step_whatever_the_turns(mode):
     """Reprompt emits one row per turn. On 64e2e69 (mini-batch = prompts_per_step) a step of 4-turn episodes took
     4 Adam steps on h100_2x8, the later ones off-policy; the local learner takes one."""
     cfg, c = composed(H100 + [f"verl.trainer_mode={mode}"])
-    episodes = cfg.algo.prompts_per_step * cfg.algo.group_size
+    episodes = rows_per_step(cfg) * cfg.algo.group_size
     for turns in (1, 4, cfg.agent.max_turns):
         assert adam_steps(c, episodes * turns, dp=16) == 1, turns
     assert "1 optimizer step(s) per RL step" in updates_line(cfg)  # printed by the dry run and the job
@@ -52,8 +52,22 @@ def test_one_optimizer_step_per_rl_step_whatever_the_turns(mode):
 
 def test_separate_async_keeps_verls_constraint_and_says_so():
     cfg, c = composed(H100 + ["verl.trainer_mode=separate_async"])
-    assert c.actor_rollout_ref.actor.ppo_mini_batch_size == cfg.algo.prompts_per_step  # verl asserts it there
+    assert c.actor_rollout_ref.actor.ppo_mini_batch_size == c.data.train_batch_size  # verl asserts it there
     assert "about T optimizer steps per RL step" in updates_line(cfg)
+
+
+@pytest.mark.parametrize("pairs,vectors", [("accuracy-first|balanced", 2), ("sampled:3", 3), ("''", 1)])
+def test_a_paired_step_plays_every_task_under_every_vector_as_the_local_trainer_does(pairs, vectors):
+    """prompts_per_step counts tasks on both backends (docs/configuration.md); on 4b85e54 verl read it as parquet
+    rows, so a step paired over K vectors held 1/K of the tasks the local backend's step held: the positive
+    control's preset trained on 4 tasks per step through verl, 8 locally."""
+    over = ["experiment=adaptive_control", "backend=verl", "algo.balance_prefs=false", "eval.presets=[balanced]",
+            f"data.preference_pairs={pairs}", "algo.prompts_per_step=8"]
+    cfg, c = composed(over)
+    assert c.data.train_batch_size == 8 * vectors and rows_per_step(cfg) == 8 * vectors
+    assert c.actor_rollout_ref.actor.ppo_mini_batch_size == 8 * vectors * cfg.agent.max_turns
+    assert adam_steps(c, 8 * vectors * cfg.algo.group_size * cfg.agent.max_turns, dp=2) == 1
+    assert (f"= 8 tasks x their {vectors} paired vectors" in updates_line(cfg)) == (vectors > 1)
 
 
 def test_transcript_lengths_stay_within_the_models_positions():

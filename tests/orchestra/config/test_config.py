@@ -21,7 +21,8 @@ def test_h100_preset_carries_toolorchestra_values():
     cfg = load_config(["experiment=h100_2x8"])
     assert cfg.backend == "verl" and cfg.model.name == "Qwen/Qwen3-8B"
     # 18 prompts per step: 6 tasks under 3 paired presets (the project's recipe; ToolOrchestra used 16)
-    assert (cfg.algo.group_size, cfg.algo.prompts_per_step, cfg.algo.lr) == (8, 18, 1e-6)
+    assert (cfg.algo.group_size, cfg.algo.prompts_per_step, cfg.algo.lr) == (8, 6, 1e-6)
+    assert cfg.data.preference_pairs.count("|") == 2
     assert (cfg.algo.clip_ratio_low, cfg.algo.clip_ratio_high) == (0.2, 0.28)
     assert (cfg.algo.kl_type, cfg.algo.kl_coef, cfg.agent.max_turns) == ("mse", 1e-4, 30)
     # the warm start's learner fits one GPU (orchestra/policy/memory.py; bench/gpu_smoke.py --warm-start-8b)
