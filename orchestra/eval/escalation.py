@@ -6,6 +6,8 @@ the next call is an escalation when it spends more (an `answer` call, or a third
 agreement as cascades judge it (orchestra/routing/cascade.py `agree`), with the counts behind them; an episode
 that ended before a third call (turns or budget ran out) is left out. A policy that reads its experts escalates
 far more often on disagreement; one that ignores them escalates at one rate whatever they said.
+`reask_disagree` / `reask_agree` are the part of those escalations that asked one of the two consulted tiers again
+(a cheap fresh answer, not a stronger tier): RL found that move under a cost-heavy preset (docs/quality.md, try 19).
 """
 
 from __future__ import annotations
@@ -25,20 +27,29 @@ def decision(traj: Any) -> tuple[bool, bool] | None:
     return agree(recs[0].result.candidate, recs[1].result.candidate), recs[2].name != "submit"
 
 
+def reasked(traj: Any) -> bool:
+    """The third call asked a tier the first two consulted (after `decision` found an escalation)."""
+    recs = traj.tool_records
+    return recs[2].name != "submit" and recs[2].tool_id in (recs[0].tool_id, recs[1].tool_id)
+
+
 def escalation(trajectories: Iterable[Any]) -> dict[str, float]:
-    """{escalation_disagree, escalation_agree (nan where no such episode), pairs_disagree, pairs_agree}; {} when no
-    episode consulted two experts first."""
-    counts = {True: [0, 0], False: [0, 0]}  # agreed -> [episodes, escalations]
+    """{escalation_disagree, escalation_agree (nan where no such episode), reask_disagree, reask_agree (the share of
+    the pairs whose escalation re-asked a consulted tier), pairs_disagree, pairs_agree}; {} when no episode
+    consulted two experts first."""
+    counts = {True: [0, 0, 0], False: [0, 0, 0]}  # agreed -> [episodes, escalations, re-asks]
     for traj in trajectories:
         if (d := decision(traj)) is None:
             continue
         counts[d[0]][0] += 1
         counts[d[0]][1] += int(d[1])
+        counts[d[0]][2] += int(d[1] and reasked(traj))
     if not counts[True][0] and not counts[False][0]:
         return {}
 
-    def rate(c: list[int]) -> float:
-        return c[1] / c[0] if c[0] else float("nan")
+    def rate(c: list[int], i: int = 1) -> float:
+        return c[i] / c[0] if c[0] else float("nan")
 
     return {"escalation_disagree": rate(counts[False]), "escalation_agree": rate(counts[True]),
+            "reask_disagree": rate(counts[False], 2), "reask_agree": rate(counts[True], 2),
             "pairs_disagree": float(counts[False][0]), "pairs_agree": float(counts[True][0])}

@@ -49,4 +49,26 @@ def test_a_policy_that_ignores_the_answers_escalates_at_one_rate(tools):
     never = [play(tools, [*consults, call_text("submit", model="answer-4")], i) for i in range(20)]
     assert escalation(always)["escalation_agree"] == escalation(always)["escalation_disagree"] == 1.0
     assert escalation(never)["escalation_agree"] == escalation(never)["escalation_disagree"] == 0.0
+    assert escalation(always)["reask_agree"] == escalation(always)["reask_disagree"] == 0.0  # gpt-5: a new tier
     assert escalation([play(tools, [call_text("answer", model="answer-1")], 0)]) == {}  # no consults: no figure
+
+
+def test_asking_a_consulted_tier_again_counts_as_an_escalation_and_as_a_reask(tools):
+    """The move RL found under balanced (docs/quality.md, try 19): on disagreement a fresh answer from a cheap tier
+    already consulted, not a stronger one. Both are escalations; only the first is a re-ask."""
+    consults = [call_text("consult", model="answer-4"), call_text("consult", model="answer-3")]
+    again = [play(tools, [*consults, call_text("answer", model="answer-4")], i) for i in range(20)]
+    got = escalation(again)
+    assert got["escalation_agree"] == got["escalation_disagree"] == 1.0
+    assert got["reask_agree"] == got["reask_disagree"] == 1.0
+    mixed = escalation(again[:10] + [play(tools, [*consults, call_text("answer", model="answer-1")], i)
+                                     for i in range(10, 20)])
+    share = {k: sum(1 for t in again[:10] if _agreed(t) == k) for k in (True, False)}
+    for k, key in ((True, "agree"), (False, "disagree")):
+        if mixed[f"pairs_{key}"]:
+            assert mixed[f"reask_{key}"] == share[k] / mixed[f"pairs_{key}"]
+            assert mixed[f"escalation_{key}"] == 1.0
+
+
+def _agreed(traj) -> bool:
+    return agree(traj.tool_records[0].result.candidate, traj.tool_records[1].result.candidate)
