@@ -12,7 +12,9 @@ change with a paired bootstrap 95 % interval (questions paired, seeds pooled, or
   rl_control_escalation_gain   under accuracy-first, the rise of P(esc | disagree) - P(esc | agree) through RL
                                (mean over seeds); the goal is >= 0.5
   rl_control_gain_ci_low       the low end of accuracy-first's reward-gain interval (goal: > 0)
-  rl_control_gain_<preset>, escalation_disagree_<preset>, escalation_agree_<preset> (after RL), and _sft twins
+  rl_control_gain_<preset>, escalation_disagree_<preset>, escalation_agree_<preset> (after RL), and _sft twins;
+                               reask_disagree_<preset>: the part of escalation_disagree that asked a consulted
+                               tier again (orchestra/eval/escalation.py), not a stronger one
   rl_control_policy_gap_first / _last   the policy's own mean P(esc | disagree) - mean P(esc | agree) at the
                                decision token over the first / last `window` training steps (logged log-probs)
 It also prints what the training rollouts did (sampled at the training temperature, from the run's episode
@@ -200,9 +202,49 @@ def decision_probs(name: str, records: list[dict], window: int) -> dict[str, flo
     return {"rl_control_policy_gap_first": gaps[0], "rl_control_policy_gap_last": gaps[-1]} if gaps else {}
 
 
-def main(argv: list[str]) -> None:
+def compare(runs: list[tuple[dict, dict]]) -> dict[str, float]:
+    """Per preset, the held-out escalation rates and reward of each run's (before RL, after RL) evaluations
+    (cluster/heldout.py summaries of the same greedy tasks): INFO lines, and the figures keyed as the RESULT lines
+    (module docstring). Rewards are paired per (run, question), runs pooled, a bootstrap 95 % interval."""
     from orchestra.eval.stats import paired_bootstrap_diff
 
+    out: dict[str, float] = {}
+    for p in PRESETS:
+        before = [rates(b, p) for b, _ in runs]
+        after = [rates(a, p) for _, a in runs]
+        # absent from summaries written before orchestra/eval/escalation.py counted re-asks
+        reask = [a["by_pref"][p].get("reask_disagree") for _, a in runs]
+        for s, (b, a) in enumerate(zip(before, after, strict=True)):
+            print(f"INFO seed {s} {p}: P(esc|disagree) {b[0]:.3f} -> {a[0]:.3f}, P(esc|agree) {b[1]:.3f} -> {a[1]:.3f}"
+                  + (f" (after RL, re-asking a consulted tier on disagreement: {reask[s]:.3f})"
+                     if reask[s] is not None else ""))
+        x, y, groups = [], [], []
+        for s, (b, a) in enumerate(runs):  # rewards paired per (seed, question), seeds pooled
+            pre = {(e["task"]): e["reward"] for e in b["rewards"] if e["pref"] == p}
+            post = {(e["task"]): e["reward"] for e in a["rewards"] if e["pref"] == p}
+            for t in sorted(set(pre) & set(post)):
+                x.append(post[t])
+                y.append(pre[t])
+                groups.append(f"{s}:{t}")
+        gain = paired_bootstrap_diff(x, y, groups)
+        print(f"INFO {p}: held-out reward after RL - after SFT {gain['diff']:+.4f} [{gain['lo']:+.4f}, "
+              f"{gain['hi']:+.4f}] ({len(x)} question-runs)")
+        key = p.replace("-", "_")
+        out[f"rl_control_gain_{key}"] = gain["diff"]
+        out[f"rl_control_gain_{key}_ci_low"] = gain["lo"]
+        out[f"escalation_disagree_{key}"] = mean(a[0] for a in after)
+        out[f"escalation_agree_{key}"] = mean(a[1] for a in after)
+        if None not in reask:
+            out[f"reask_disagree_{key}"] = mean(reask)
+        out[f"escalation_disagree_{key}_sft"] = mean(b[0] for b in before)
+        out[f"escalation_agree_{key}_sft"] = mean(b[1] for b in before)
+        if p == "accuracy-first":
+            out["rl_control_escalation_gain"] = mean((a[0] - a[1]) - (b[0] - b[1]) for a, b in zip(after, before))
+            out["rl_control_gain_ci_low"] = gain["lo"]
+    return out
+
+
+def main(argv: list[str]) -> None:
     own = ("seeds", "root", "window")
     args = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in own)
     overrides = [a for a in argv if a.split("=", 1)[0] not in own]
@@ -219,32 +261,7 @@ def main(argv: list[str]) -> None:
     for k in ("rl_control_policy_gap_first", "rl_control_policy_gap_last"):
         if all(k in g for g in policy):
             out[k] = mean(g[k] for g in policy)
-    for p in PRESETS:
-        before = [rates(r["after_sft"], p) for r in runs]
-        after = [rates(r["after_rl"], p) for r in runs]
-        for s, (b, a) in enumerate(zip(before, after, strict=True)):
-            print(f"INFO seed {s} {p}: P(esc|disagree) {b[0]:.3f} -> {a[0]:.3f}, P(esc|agree) {b[1]:.3f} -> {a[1]:.3f}")
-        x, y, groups = [], [], []
-        for s, r in enumerate(runs):  # rewards paired per (seed, question), seeds pooled
-            pre = {(e["task"]): e["reward"] for e in r["after_sft"]["rewards"] if e["pref"] == p}
-            post = {(e["task"]): e["reward"] for e in r["after_rl"]["rewards"] if e["pref"] == p}
-            for t in sorted(set(pre) & set(post)):
-                x.append(post[t])
-                y.append(pre[t])
-                groups.append(f"{s}:{t}")
-        gain = paired_bootstrap_diff(x, y, groups)
-        print(f"INFO {p}: held-out reward after RL - after SFT {gain['diff']:+.4f} [{gain['lo']:+.4f}, "
-              f"{gain['hi']:+.4f}] ({len(x)} question-runs)")
-        key = p.replace("-", "_")
-        out[f"rl_control_gain_{key}"] = gain["diff"]
-        out[f"rl_control_gain_{key}_ci_low"] = gain["lo"]
-        out[f"escalation_disagree_{key}"] = mean(a[0] for a in after)
-        out[f"escalation_agree_{key}"] = mean(a[1] for a in after)
-        out[f"escalation_disagree_{key}_sft"] = mean(b[0] for b in before)
-        out[f"escalation_agree_{key}_sft"] = mean(b[1] for b in before)
-        if p == "accuracy-first":
-            out["rl_control_escalation_gain"] = mean((a[0] - a[1]) - (b[0] - b[1]) for a, b in zip(after, before))
-            out["rl_control_gain_ci_low"] = gain["lo"]
+    out.update(compare([(r["after_sft"], r["after_rl"]) for r in runs]))
     for k, v in out.items():
         print(f"RESULT {k}={v:.4f}")
 

@@ -59,6 +59,13 @@ def job(out: Path, name: str, overrides: list[str], timeout_s: float = 900, pyth
             rc = 124
     wall = time.perf_counter() - start
     text = log.read_text(errors="replace")
+    steps = step_lines(text)
+    print(f"  {name}: rc {rc}, {len(steps)} step(s) logged, {wall:.0f} s (log {log})")
+    return {"rc": rc, "wall_s": wall, "steps": steps, "resumed": "Resuming from" in text, "text": text}
+
+
+def step_lines(text: str) -> dict[int, dict[str, float]]:
+    """verl's console step lines (`step:N - key:value - ...`) as {N: {key: value}} (numbers only)."""
     steps: dict[int, dict[str, float]] = {}
     for m in STEP.finditer(text):
         metrics = {}
@@ -70,8 +77,7 @@ def job(out: Path, name: str, overrides: list[str], timeout_s: float = 900, pyth
             except ValueError:
                 pass
         steps[int(m.group(1))] = metrics
-    print(f"  {name}: rc {rc}, {len(steps)} step(s) logged, {wall:.0f} s (log {log})")
-    return {"rc": rc, "wall_s": wall, "steps": steps, "resumed": "Resuming from" in text, "text": text}
+    return steps
 
 
 def serve_one(hf: Path, stage: Path) -> bool:
