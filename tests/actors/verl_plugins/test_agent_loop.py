@@ -9,8 +9,8 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pytest
