@@ -29,20 +29,21 @@ import sys
 from pathlib import Path
 from statistics import mean
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from rl_control import compare  # noqa: E402
 from verl_cpu import ENV, mean_after_first, step_lines  # noqa: E402
 
-# conf/experiment/verl_cpu_tiny.yaml's CPU settings, on the control's preset (experiment=adaptive_control)
-VERL_CPU = ["backend=verl", "engine.kind=hf", "verl.platform=cpu", "verl.rollout=cpuhf", "verl.warm_start=true",
-            "verl.trainer_mode=sync", "verl.nnodes=1", "verl.gpus_per_node=2", "verl.storage_units=1",
-            "verl.tool_timeout_s=60", "verl.turn_generation_s=60",
+# verl's CPU settings as CI runs them (conf/experiment/verl_cpu_tiny.yaml: backend, engine, rollout workers, the verl
+# block), read from that preset rather than restated, on the control's preset (experiment=adaptive_control)
+_TINY = yaml.safe_load((ROOT / "conf" / "experiment" / "verl_cpu_tiny.yaml").read_text())
+VERL_CPU = [f"backend={_TINY['defaults']['backend']}", f"engine.kind={_TINY['engine']['kind']}",
+            f"cluster.num_rollout_workers={_TINY['cluster']['num_rollout_workers']}", "checkpoint.keep=2",
+            *(f"verl.{k}={json.dumps(v)}" for k, v in _TINY["verl"].items()),
             # the whole job's deadline, not a stall detector: 200 steps took ~55 min here (900 s ended the first try)
             "verl.watchdog_s=14400",
-            "cluster.num_rollout_workers=1", "checkpoint.keep=2",
-            'verl.overrides=["trainer.val_before_train=False","trainer.logger=[console]","reward.num_workers=1",'
-            '"data.dataloader_num_workers=0"]',
             # refused by the verl backend (module docstring)
             "algo.balance_prefs=false", "eval.presets=[accuracy-first]",
             # 4 tasks x 2 vectors = 8 prompts per step, half the local preset's 8 x 2, and 200 steps, not 300: what
