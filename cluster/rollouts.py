@@ -2,7 +2,8 @@
 
 - `TaskSampler`: the deterministic task order (epoch e is a permutation seeded by (seed, e); step s takes the next
   slice), so a resumed run sees the same tasks; `step_requests` / `paired_tasks`: a step's groups, one per task
-  or, with preference pairing (`data.preference_pairs`), one per (task, vector).
+  or, with preference pairing (`data.preference_pairs`), one per (task, vector); `run_order`: every step's tasks in
+  a row, the order the verl backend's staged parquet holds, so its step s plays the local step s's groups.
 - `Dispatch`: whole groups spread over the worker actors, `ray.wait` for them, results in request order; a dead
   worker's episodes become error results (scored with the failure reward when the step is scored), and weight
   sync from the learner.
@@ -66,6 +67,19 @@ def paired_tasks(tasks: list[Task], pairs: str, seed: int = 0) -> list[Task]:
     RL step -1 (a stream of their own)."""
     return [dataclasses.replace(t, pref=pref) for t in tasks
             for pref in paired_preferences(pairs, t.id, -1, seed, list(t.model_mapping))]
+
+
+def run_order(tasks: list[Task], per_step: int, steps: int, pairs: str = "", seed: int = 0) -> list[Task]:
+    """The tasks of steps 1..`steps` as TaskSampler draws them, each once per vector its step gives it
+    (`step_requests`' vectors): verl reads them unshuffled, `per_step` x vectors rows a step, so its epochs are
+    reshuffled as the local trainer's are and paired rows stay adjacent (issue 51: verl's own shuffle would split
+    the pairs, and without it every epoch saw one order)."""
+    sampler, out = TaskSampler(tasks, per_step, seed), []
+    for step in range(1, steps + 1):
+        for t in sampler.batch(step):
+            out += [dataclasses.replace(t, pref=pref)
+                    for pref in paired_preferences(pairs, t.id, step, seed, list(t.model_mapping))] if pairs else [t]
+    return out
 
 
 class Dispatch:

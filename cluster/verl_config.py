@@ -152,7 +152,7 @@ def context_lengths(cfg: ExperimentConfig) -> dict[str, int]:
 
 def rows_per_step(cfg: ExperimentConfig) -> int:
     """verl's prompts (parquet rows) per RL step, `data.train_batch_size`: `algo.prompts_per_step` tasks, each once
-    per vector of `data.preference_pairs` (stage() writes a task's rows adjacent, unshuffled), so a step plays the
+    per vector of `data.preference_pairs` (verl_stage.stage writes a task's rows adjacent, in the local trainer's order), so a step plays the
     groups the local trainer's step plays (docs/configuration.md). Until issue 51 verl took prompts_per_step rows:
     a paired step held 1/K of the tasks the same config gave the local backend."""
     n = cfg.algo.prompts_per_step
@@ -219,13 +219,14 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
     model_path = f"{stage}/policy" if cfg.model.name in ("tiny", "smollm2") or v.warm_start else cfg.model.name
     ar = "actor_rollout_ref"
     o = [
-        # data: our task set, staged as verl parquet (prompt, reward_model.ground_truth, extra_info.task); paired
-        # preferences are staged as adjacent rows (one per vector), so the dataloader keeps its order
+        # data: our task set, staged as verl parquet (prompt, reward_model.ground_truth, extra_info.task) in the
+        # local trainer's order for the whole run, paired vectors as adjacent rows (verl_stage.stage), so the
+        # dataloader keeps that order
         f"data.train_files={stage}/train.parquet", f"data.val_files={stage}/val.parquet",
         f"data.train_batch_size={rows_per_step(cfg)}", f"data.max_prompt_length={prompt_len}",
         f"data.max_response_length={response_len}", "data.filter_overlong_prompts=False",
         "data.truncation=left", "data.return_raw_chat=True", f"data.seed={cfg.seed}",
-        f"data.shuffle={not cfg.data.preference_pairs}",
+        "data.shuffle=False",
         # policy
         f"{ar}.model.path={model_path}", f"{ar}.model.enable_gradient_checkpointing=True",
         # remove-padding packs sequences for flash-attn's varlen kernels; with sdpa (CPU) it is off

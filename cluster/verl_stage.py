@@ -30,6 +30,7 @@ def stage(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> Path:
     """Write what verl's workers read under <output_dir>/verl (absolute): train/val parquet, the corpus `search`
     serves, the agent-loop yaml, the reward-function file, the run's config, and the policy as an HF dir when it
     is one of the embedded models (verl loads a path)."""
+    from cluster.rollouts import run_order
     from orchestra.config import to_yaml
     from orchestra.data.sources import build_task_set
     from orchestra.data.tasks import save_corpus, save_verl_parquet
@@ -38,11 +39,10 @@ def stage(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> Path:
     out = Path(stage_dir(cfg))
     out.mkdir(parents=True, exist_ok=True)
     train, heldout, corpus = build_task_set(cfg.data, task_tiers(cfg))
-    if cfg.data.preference_pairs:  # each task once per vector, adjacent: one GRPO group per (task, vector)
-        from cluster.rollouts import paired_tasks
-
-        train = paired_tasks(train, cfg.data.preference_pairs, cfg.seed)
-    save_verl_parquet(train, out / "train.parquet", split="train", agent_name="orchestra")
+    # the whole run's rows in the local trainer's order (verl reads them unshuffled): step s = the local step s's
+    # tasks, each once per paired vector, adjacent (one GRPO group per (task, vector))
+    rows = run_order(train, cfg.algo.prompts_per_step, max(cfg.algo.steps, 1), cfg.data.preference_pairs, cfg.seed)
+    save_verl_parquet(rows, out / "train.parquet", split="train", agent_name="orchestra")
     save_verl_parquet(heldout or train[:1], out / "val.parquet", split="heldout", agent_name="orchestra")
     save_corpus(corpus or [], out / "corpus.jsonl")
     (out / "agent_loop.yaml").write_text(yaml.safe_dump(agent_loop_entries(orchestra_overrides), sort_keys=False))

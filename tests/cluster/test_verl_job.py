@@ -201,12 +201,17 @@ def test_stage_writes_what_the_job_reads(tmp_path):
 
     from orchestra.data.tasks import load_corpus, task_from_verl_row
 
-    over = H100 + [f"verl.output_dir={tmp_path}/out", "data.n_train=6", "data.n_heldout=2", "data.preference_pairs=''"]
+    over = H100 + [f"verl.output_dir={tmp_path}/out", "data.n_train=6", "data.n_heldout=2", "data.preference_pairs=''",
+                   "algo.prompts_per_step=4", "algo.steps=3"]
     cfg = load_config(over)
     out = stage(cfg, over)
     assert out == tmp_path / "out" / "verl"
     rows = pq.read_table(out / "train.parquet").to_pylist()
-    assert len(rows) == 6 and rows[0]["agent_name"] == "orchestra"
+    assert len(rows) == 12 and rows[0]["agent_name"] == "orchestra"  # the run's 3 steps x 4 tasks
+    assert "data.shuffle=False" in verl_overrides(cfg, over)
+    # each epoch a fresh permutation of the 6 tasks, as the local sampler draws them (not one order every epoch)
+    ids = [task_from_verl_row(r).id for r in rows]
+    assert sorted(ids[:6]) == sorted(ids[6:]) and len(set(ids[:6])) == 6 and ids[:6] != ids[6:]
     assert task_from_verl_row(rows[0]).answer == rows[0]["reward_model"]["ground_truth"]
     assert {r["extra_info"]["split"] for r in pq.read_table(out / "val.parquet").to_pylist()} == {"heldout"}
     assert yaml.safe_load((out / "agent_loop.yaml").read_text()) == agent_loop_entries(over)
@@ -220,12 +225,36 @@ def test_paired_preferences_stage_adjacent_rows(tmp_path):
     from orchestra.data.tasks import task_from_verl_row
 
     over = H100 + [f"verl.output_dir={tmp_path}", "data.n_train=3", "data.n_heldout=1",
-                   "data.preference_pairs=accuracy-first|cost-first"]
+                   "data.preference_pairs=accuracy-first|cost-first", "algo.prompts_per_step=2", "algo.steps=2"]
     cfg = load_config(over)
     assert "data.shuffle=False" in verl_overrides(cfg, over)  # the pairs stay adjacent
     tasks = [task_from_verl_row(r) for r in pq.read_table(stage(cfg, over) / "train.parquet").to_pylist()]
-    assert len(tasks) == 6 and [t.id for t in tasks[::2]] == [t.id for t in tasks[1::2]]
+    assert len(tasks) == 8 and [t.id for t in tasks[::2]] == [t.id for t in tasks[1::2]]
     assert tasks[0].pref != tasks[1].pref
+
+
+def test_a_verl_step_plays_the_local_steps_groups(tmp_path):
+    """verl reads the staged rows in order, rows_per_step at a time: step s must hold the local trainer's step s
+    (cluster/trainer.py: TaskSampler + step_requests), vectors included; sampled vectors are drawn per step."""
+    import pyarrow.parquet as pq
+
+    from cluster.rollouts import TaskSampler, step_requests
+    from cluster.verl_config import rows_per_step
+    from orchestra.config import task_tiers
+    from orchestra.data.sources import build_task_set
+    from orchestra.data.tasks import task_from_verl_row
+
+    over = H100 + [f"verl.output_dir={tmp_path}", "data.n_train=5", "data.n_heldout=1",
+                   "data.preference_pairs=sampled:2", "algo.prompts_per_step=3", "algo.steps=4"]
+    cfg = load_config(over)
+    rows = [task_from_verl_row(r) for r in pq.read_table(stage(cfg, over) / "train.parquet").to_pylist()]
+    n = rows_per_step(cfg)
+    assert n == 6 and len(rows) == 4 * n
+    sampler = TaskSampler(build_task_set(cfg.data, task_tiers(cfg))[0], cfg.algo.prompts_per_step, cfg.seed)
+    for step in range(1, 5):
+        local = step_requests(sampler.batch(step), step, 1, cfg.data.preference_pairs, cfg.seed)
+        assert [(r["task"]["id"], r["task"]["pref"]) for r in local] == \
+            [(t.id, t.pref) for t in rows[(step - 1) * n:step * n]]
 
 
 def test_the_job_searches_the_staged_corpus(tmp_path):
