@@ -8,7 +8,8 @@ two cheap simulated experts and, under accuracy-first, escalates to gpt-5 at ran
 then GRPO paired over accuracy-first and balanced. From each run's held-out evaluations after SFT and after RL
 (greedy, the same 200 tasks; cluster/heldout.py `escalation`) it prints per preset P(escalate | the two answers
 disagree) and P(escalate | they agree) before and after RL, and the held-out reward's
-change with a paired bootstrap 95 % interval (questions paired, seeds pooled, orchestra/eval/stats.py). RESULT lines:
+change with a paired bootstrap 95 % interval (questions paired; the seeds' runs of a question averaged into one
+draw, as the seeds share their held-out questions; orchestra/eval/stats.py). RESULT lines:
   rl_control_escalation_gain   under accuracy-first, the rise of P(esc | disagree) - P(esc | agree) through RL
                                (mean over seeds); the goal is >= 0.5
   rl_control_gain_ci_low       the low end of accuracy-first's reward-gain interval (goal: > 0)
@@ -205,7 +206,8 @@ def decision_probs(name: str, records: list[dict], window: int) -> dict[str, flo
 def compare(runs: list[tuple[dict, dict]]) -> dict[str, float]:
     """Per preset, the held-out escalation rates and reward of each run's (before RL, after RL) evaluations
     (cluster/heldout.py summaries of the same greedy tasks): INFO lines, and the figures keyed as the RESULT lines
-    (module docstring). Rewards are paired per (run, question), runs pooled, a bootstrap 95 % interval."""
+    (module docstring). Rewards are paired per (run, question), a question's runs averaged, a bootstrap 95 %
+    interval over questions."""
     from orchestra.eval.stats import paired_bootstrap_diff
 
     out: dict[str, float] = {}
@@ -219,16 +221,18 @@ def compare(runs: list[tuple[dict, dict]]) -> dict[str, float]:
                   + (f" (after RL, re-asking a consulted tier on disagreement: {reask[s]:.3f})"
                      if reask[s] is not None else ""))
         x, y, groups = [], [], []
-        for s, (b, a) in enumerate(runs):  # rewards paired per (seed, question), seeds pooled
+        for b, a in runs:  # rewards paired per (seed, question)
             pre = {(e["task"]): e["reward"] for e in b["rewards"] if e["pref"] == p}
             post = {(e["task"]): e["reward"] for e in a["rewards"] if e["pref"] == p}
             for t in sorted(set(pre) & set(post)):
                 x.append(post[t])
                 y.append(pre[t])
-                groups.append(f"{s}:{t}")
+                # the seeds share their held-out questions: a question's runs are one bootstrap draw, averaged
+                # (pooled as separate draws, two seeds that agree would narrow the interval by ~1/sqrt(2))
+                groups.append(t)
         gain = paired_bootstrap_diff(x, y, groups)
         print(f"INFO {p}: held-out reward after RL - after SFT {gain['diff']:+.4f} [{gain['lo']:+.4f}, "
-              f"{gain['hi']:+.4f}] ({len(x)} question-runs)")
+              f"{gain['hi']:+.4f}] ({len(x)} question-runs, {gain['n']:.0f} questions)")
         key = p.replace("-", "_")
         out[f"rl_control_gain_{key}"] = gain["diff"]
         out[f"rl_control_gain_{key}_ci_low"] = gain["lo"]

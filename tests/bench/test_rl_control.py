@@ -1,5 +1,6 @@
 """bench/rl_control.py's reading of a run's records: the policy's own P(escalate) at the decision token, from the
-logged log-probs (the less noisy figure of the positive control), on hand-made records with known probabilities."""
+logged log-probs (the less noisy figure of the positive control), on hand-made records with known probabilities;
+and its held-out comparison's interval over questions, not question-runs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from orchestra.preferences import PRESETS
 from orchestra.rundir.records import EpisodeLog, read_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from rl_control import decision_probs  # noqa: E402
+from rl_control import compare, decision_probs  # noqa: E402
 
 THINK, THEY, AGREE, DIFFER, ANSWER, SUBMIT, END = 1, 2, 3, 4, 5, 6, 7
 
@@ -52,3 +53,23 @@ def test_the_policys_own_escalation_probability_per_context(tmp_path, capsys):
 def test_no_figure_without_both_decisions(tmp_path):
     EpisodeLog(tmp_path).write("step_000001", [record(1, "accuracy-first", ("A", "B"), False, 0.3)])
     assert decision_probs("s0", read_records(tmp_path), window=1) == {}
+
+
+def summary(rewards: list[float]) -> dict:
+    """A held-out summary (cluster/heldout.py's shape) of one preset-independent policy: these rewards per question
+    under every preset, never escalating."""
+    by = {"escalation_disagree": 0.0, "escalation_agree": 0.0, "reask_disagree": 0.0}
+    return {"by_pref": {p: by for p in PRESETS},
+            "rewards": [{"task": f"q{i}", "pref": p, "reward": r} for p in PRESETS for i, r in enumerate(rewards)]}
+
+
+def test_seeds_sharing_their_questions_do_not_narrow_the_interval(capsys):
+    """Two seeds that played the same held-out questions identically are one draw per question: pooled as separate
+    draws (before issue 51's fix) they narrowed the interval as if the questions were twice as many."""
+    before = summary([0.0] * 20)
+    after = summary([1.0 if i % 3 else 0.0 for i in range(20)])
+    one, two = compare([(before, after)]), compare([(before, after), (before, after)])
+    assert two["rl_control_gain_accuracy_first"] == pytest.approx(one["rl_control_gain_accuracy_first"])
+    assert two["rl_control_gain_ci_low"] == pytest.approx(one["rl_control_gain_ci_low"])
+    assert one["rl_control_gain_ci_low"] < one["rl_control_gain_accuracy_first"]
+    assert "(40 question-runs, 20 questions)" in capsys.readouterr().out
