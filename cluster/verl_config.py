@@ -152,9 +152,9 @@ def context_lengths(cfg: ExperimentConfig) -> dict[str, int]:
 
 def rows_per_step(cfg: ExperimentConfig) -> int:
     """verl's prompts (parquet rows) per RL step, `data.train_batch_size`: `algo.prompts_per_step` tasks, each once
-    per vector of `data.preference_pairs` (verl_stage.stage writes a task's rows adjacent, in the local trainer's order), so a step plays the
-    groups the local trainer's step plays (docs/configuration.md). Until issue 51 verl took prompts_per_step rows:
-    a paired step held 1/K of the tasks the same config gave the local backend."""
+    per vector of `data.preference_pairs` (verl_stage.stage writes a task's rows adjacent, in the local trainer's
+    order), so a step plays the groups the local trainer's step plays (docs/configuration.md). Until issue 51 verl
+    took prompts_per_step rows: a paired step held 1/K of the tasks the same config gave the local backend."""
     n = cfg.algo.prompts_per_step
     if not cfg.data.preference_pairs:
         return n
