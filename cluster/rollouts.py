@@ -30,14 +30,16 @@ class TaskSampler:
 
     def __init__(self, tasks: list[Task], per_step: int, seed: int):
         self.tasks, self.per_step, self.seed = tasks, per_step, seed
+        self._epoch, self._order = -1, []  # the current epoch's permutation, drawn once (not once per task)
 
     def batch(self, step: int) -> list[Task]:
         out, n = [], len(self.tasks)
         for k in range((step - 1) * self.per_step, step * self.per_step):
             epoch, pos = divmod(k, n)
-            order = list(range(n))
-            random.Random(f"{self.seed}:{epoch}").shuffle(order)
-            out.append(self.tasks[order[pos]])
+            if epoch != self._epoch:
+                self._epoch, self._order = epoch, list(range(n))
+                random.Random(f"{self.seed}:{epoch}").shuffle(self._order)
+            out.append(self.tasks[self._order[pos]])
         return out
 
 
@@ -61,12 +63,12 @@ def step_requests(tasks: list[Task], step: int, group_size: int, pairs: str = ""
     return out
 
 
-def paired_tasks(tasks: list[Task], pairs: str, seed: int = 0) -> list[Task]:
-    """SFT with `sft.paired`: every task under every vector of the pairing, interleaved (task 0 under each
-    vector, then task 1, ...) so a prefix of the list covers whole tasks. Sampled vectors are drawn as for
-    RL step -1 (a stream of their own)."""
+def paired_tasks(tasks: list[Task], pairs: str, seed: int = 0, step: int = -1) -> list[Task]:
+    """Every task under every vector of the pairing, interleaved (task 0 under each vector, then task 1, ...) so a
+    prefix of the list covers whole tasks; sampled vectors are RL step `step`'s. SFT with `sft.paired` draws them as
+    for step -1 (a stream of their own)."""
     return [dataclasses.replace(t, pref=pref) for t in tasks
-            for pref in paired_preferences(pairs, t.id, -1, seed, list(t.model_mapping))]
+            for pref in paired_preferences(pairs, t.id, step, seed, list(t.model_mapping))]
 
 
 def run_order(tasks: list[Task], per_step: int, steps: int, pairs: str = "", seed: int = 0) -> list[Task]:
@@ -76,9 +78,7 @@ def run_order(tasks: list[Task], per_step: int, steps: int, pairs: str = "", see
     the pairs, and without it every epoch saw one order)."""
     sampler, out = TaskSampler(tasks, per_step, seed), []
     for step in range(1, steps + 1):
-        for t in sampler.batch(step):
-            out += [dataclasses.replace(t, pref=pref)
-                    for pref in paired_preferences(pairs, t.id, step, seed, list(t.model_mapping))] if pairs else [t]
+        out += paired_tasks(sampler.batch(step), pairs, seed, step) if pairs else sampler.batch(step)
     return out
 
 
