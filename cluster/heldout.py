@@ -15,7 +15,8 @@ the RL pairing's), and `sweep_summary` gives its `adherence` (−Spearman of cos
 Under `agent.route_hints` every summary also says how often the policy called the plan its prompt's router line
 suggested (`hint_agreement`, per preset in `by_pref`): a hinted policy that never learned to copy the line
 collapses to one plan per preset, and `hint_warning` says so after SFT instead of leaving it to the figures;
-`train_hint_agreement` measures the same on training tasks while SFT runs (`sft.until_agreement`).
+`train_check` measures the same, and whether $ follows the presets, on training tasks while SFT runs
+(`sft.until_agreement`, `sft.until_follows`).
 When to evaluate is cluster/trainer.py's business.
 """
 
@@ -135,20 +136,46 @@ def hint_agreement(results: list[EpisodeResult], requests: list[dict[str, Any]],
     return out
 
 
-def train_hint_agreement(cfg: Any, train: list[Task], step: int, rollout: Callable[..., list[EpisodeResult]],
-                         bars: Any, sync: Callable[[], Any]) -> dict[str, float]:
-    """sft.until_agreement's check: the learner's weights to the workers (`sync`), then greedy episodes on (up to
-    eval.n_tasks) training tasks under each eval preset (`rollout(requests, eval_mode=True, bar=...)`, the
-    trainer's); {preset: share calling the hint's plan}. Training tasks, not held-out ones: the decision to train
-    on must not read the tasks the run is scored on."""
+def train_check(cfg: Any, train: list[Task], step: int, rollout: Callable[..., list[EpisodeResult]], bars: Any,
+                sync: Callable[[], Any], what: list[str], min_spread: float = 3.0) -> dict[str, Any]:
+    """SFT's check of the policy (cluster/warm_start.sft_loop): the learner's weights to the workers (`sync`), then
+    greedy episodes on (up to eval.n_tasks) training tasks under each eval preset (`rollout(requests,
+    eval_mode=True, bar=...)`, the trainer's). `what` (warm_start.sft_checks): `hints`, every preset's share calling
+    its hint's plan reaches sft.until_agreement; `follows`, $ falls strictly over the cost-ordered presets and
+    accuracy-first spends at least `min_spread` x cost-first (train.min_pref_spread, the verdict's figures on the
+    training tasks). -> {passed, line, below, hint_<preset>..., pref_spread, monotone}. Training tasks, not held-out
+    ones: the decision to train on must not read the tasks the run is scored on."""
     sync()
     prefs = presets(cfg)
     reqs = requests(train[: cfg.eval.n_tasks], cfg.seed, 1, f"sft{step}", prefs)
-    bar = bars.add(f"hint check {step}", len(reqs))
+    bar = bars.add(f"SFT check {step}", len(reqs))
     results = rollout(reqs, eval_mode=True, bar=bar)
     bars.remove(bar)
-    out = hint_agreement(results, reqs, prefs)
-    return out.get("hint_agreement_by_pref") or {"all": out.get("hint_agreement", 0.0)}
+    out: dict[str, Any] = {"passed": True}
+    lines, below = [], []
+    if "hints" in what:
+        found = hint_agreement(results, reqs, prefs)
+        shares = found.get("hint_agreement_by_pref") or {"all": found.get("hint_agreement", 0.0)}
+        goal = cfg.sft.until_agreement
+        low = {k: v for k, v in shares.items() if v < goal}
+        out.update({f"hint_{k}": v for k, v in shares.items()})
+        lines.append("the policy copies its route hint on " + ", ".join(f"{v:.0%} ({k})" for k, v in shares.items())
+                     + " of training tasks")
+        below += [f"{v:.0%} hint agreement under {k} (goal {goal:.0%})" for k, v in low.items()]
+    if "follows" in what:
+        name_of = preset_of(reqs, prefs) if len(prefs) > 1 else {}
+        by_pref: dict[str, list[float]] = {}
+        for r in results:
+            by_pref.setdefault(name_of.get(r.traj.uid, ""), []).append(r.traj.cost_usd)
+        figures = adherence({p: {"cost_usd": mean(v)} for p, v in by_pref.items()})
+        spread, monotone = figures.get("pref_spread", float("nan")), figures.get("monotone", 0.0)
+        out.update(pref_spread=spread, monotone=monotone)
+        lines.append(f"accuracy-first spends {spread:.2f}x what cost-first spends, $ "
+                     + ("falls" if monotone else "does not fall") + " over the presets (training tasks)")
+        if not (spread >= min_spread and monotone == 1):
+            below.append(f"preference spread {spread:.2f}x (goal >= {min_spread:g}x), monotone {monotone:.0f}")
+    out.update(passed=not below, line="; ".join(lines), below="; ".join(below))
+    return out
 
 
 def hint_warning(summary: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ in flight is lost). `backend=verl` hands over to cluster/verl_job.py.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from orchestra.config import ConfigError, load_config, to_yaml
 from orchestra.config.cli import parse_cli
@@ -56,7 +57,31 @@ def main(argv: list[str] | None = None) -> int:
         trainer.close()
     for line in result_lines(summary, consults="consult" in cfg.zoo.tools):
         print(line)
-    return 0
+    return verdict_lines(cfg, summary)
+
+
+def verdict_lines(cfg: Any, summary: dict) -> int:
+    """The run's verdict (orchestra/eval/verdict.py): its RESULT lines, the warning block when it failed, and the
+    exit status (1 only for a failed run under train.strict)."""
+    from orchestra.eval.verdict import Goals, report, sft_goal, verdict
+
+    max_steps = sft_goal(cfg)
+    v = verdict(summary, Goals(cfg.train.min_pref_spread, cfg.train.min_unseen_adherence), max_steps)
+    if v.follows is None:
+        print("INFO heldout_follows_preference: not judged (the held-out tasks were not scored under accuracy-first, "
+              "balanced and cost-first: eval.presets)")
+    else:
+        print(f"RESULT heldout_follows_preference={int(v.follows)}")
+    if max_steps:
+        print(f"RESULT sft_goal_reached={int(not v.sft_short)}")
+    lines = report(v, summary)
+    if lines:
+        print("WARNING " + "\nWARNING ".join(lines))
+    if v.ok:
+        return 0
+    print(f"WARNING this run {'fails' if cfg.train.strict else 'would fail'} under train.strict=true"
+          + ("" if cfg.train.strict else " (its exit status is 0: train.strict is off)"))
+    return 1 if cfg.train.strict else 0
 
 
 # The run's figures (DESIGN.md "Benchmarks"). `heldout_*`: held-out tasks. All but the last of them are taken under

@@ -38,7 +38,7 @@ from cluster.progress import (
 )
 from cluster.records import EpisodeRecorder
 from cluster.rollouts import Dispatch, TaskSampler, step_requests
-from cluster.warm_start import hint_heldout, warm_start
+from cluster.warm_start import hint_heldout, sft_checks, warm_start
 from orchestra.agent.loop import episode_samples
 from orchestra.config import ExperimentConfig, save_config, task_tiers
 from orchestra.data.sources import build_task_set
@@ -253,10 +253,12 @@ class Trainer:
                                       self.tokenizer())
 
     def sft(self) -> dict[str, float]:
-        """The SFT warm start (cluster/warm_start.py); sft.until_agreement checks the policy as it goes."""
-        return warm_start(self.cfg, self.learner, self.tools, self.train, self.bars, self.console,
-                          check=lambda step: heldout.train_hint_agreement(self.cfg, self.train, step, self.rollout,
-                                                                          self.bars, self.sync_weights))
+        """The SFT warm start (cluster/warm_start.py); sft.until_agreement / until_follows check the policy as it goes."""
+        c = self.cfg
+        return warm_start(c, self.learner, self.tools, self.train, self.bars, self.console,
+                          check=lambda step: heldout.train_check(c, self.train, step, self.rollout, self.bars,
+                                                                 self.sync_weights, sft_checks(c),
+                                                                 c.train.min_pref_spread))
 
     def rollout(self, requests: list[dict[str, Any]], eval_mode: bool = False, bar: Any = None
                 ) -> list[EpisodeResult]:

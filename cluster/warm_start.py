@@ -41,7 +41,8 @@ from reward.score import score_episode
 
 def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list[Task], bars: Any,
                console: Any, check: Callable[[int], dict[str, float]] | None = None) -> dict[str, Any]:
-    """Demonstrations, then the SFT steps (`sft_loop`; `check`: the trainer's hint-agreement check)."""
+    """Demonstrations, then the SFT steps (`sft_loop`; `check`: the trainer's check of the policy on training
+    tasks, used where the config asks for one: `sft_checks`)."""
     c = cfg
     tok = config_tokenizer(c.model)
     # Demonstrations go through the run's own tool servers: no second retriever index in the driver.
@@ -64,17 +65,18 @@ def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list
                                eos_token_ids(tok), c.sft.demos, c.seed, c.sampling.max_tokens,
                                candidates=c.sft.candidates, scorer=scorer)
     loop = sft_loop(c.sft, lambda batch, lr: ray.get(learner.sft_update.remote(batch, lr=lr)), samples, c.seed,
-                    bars, console, check if c.sft.until_agreement and c.agent.route_hints else None)
+                    bars, console, check if sft_checks(c) else None)
     ray.get(learner.reset_reference.remote())  # KL anchors RL to the warm-started policy
     return {"sft_samples": len(samples), **loop, **report}
 
 
 def sft_loop(sc: Any, update: Callable[[list[Any], float], dict[str, float]], samples: list[Any], seed: int,
-             bars: Any, console: Any, check: Callable[[int], dict[str, float]] | None = None) -> dict[str, Any]:
-    """`sc.steps` SFT updates; with `check` (sft.until_agreement) then chunks of steps // 4 more, each followed by
-    `check(steps done)` -> {preset: share of training tasks on which the policy calls its hint's plan}, until every
-    share reaches sc.until_agreement or sc.max_steps are done (the lr decays over those). {sft_loss,
-    sft_steps_done[, sft_agreement_checks]}."""
+             bars: Any, console: Any, check: Callable[[int], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """`sc.steps` SFT updates; with `check` (sft.until_agreement with route hints, sft.until_follows) then chunks of
+    steps // 4 more, each followed by `check(steps done)` -> {"passed": bool, "line": what the policy does, "below":
+    what falls short, **figures} (cluster/heldout.train_check, on training tasks), until one passes or sc.max_steps
+    are done (the lr decays over those). {sft_loss, sft_steps_done[, sft_agreement_checks]}: each check's record is
+    its figures with `step`, `passed` and `below`."""
     total = max(sc.steps, sc.max_steps) if check else sc.steps
     chunk = max(1, sc.steps // 4)
     metrics: list[dict[str, Any]] = []
@@ -88,17 +90,23 @@ def sft_loop(sc: Any, update: Callable[[list[Any], float], dict[str, float]], sa
             console.print(f"  sft {done}/{sc.steps if done <= sc.steps else total}: loss {metrics[-1]['sft_loss']:.3f}")
         if check is None or done < sc.steps or (done - sc.steps) % chunk or done == total:
             continue
-        shares = check(done)
-        checks.append({"step": done, **shares})
-        low = {k: v for k, v in shares.items() if v < sc.until_agreement}
-        console.print(f"  sft {done}: the policy copies its route hint on "
-                      + ", ".join(f"{v:.0%} ({k})" for k, v in shares.items()) + " of training tasks"
-                      + (f"; below {sc.until_agreement:.0%}: {chunk} more steps" if low else ""))
-        if not low:
+        result = dict(check(done))
+        line = result.pop("line", "")
+        checks.append({"step": done, **result, "passed": bool(result["passed"])})
+        console.print(f"  sft {done}: {line}" + ("" if result["passed"] else f"; {chunk} more steps"))
+        if result["passed"]:
             break
     bars.remove(bar)
     return {"sft_loss": metrics[-1]["sft_loss"] if metrics else float("nan"), "sft_steps_done": len(metrics),
             **({"sft_agreement_checks": checks} if check else {})}
+
+
+def sft_checks(cfg: Any) -> list[str]:
+    """What SFT checks the policy for before it stops (cluster/heldout.train_check): `hints` (sft.until_agreement, with
+    route hints: it calls its hint's plan) and `follows` (sft.until_follows: its $ follows the eval presets)."""
+    s = cfg.sft
+    return [name for name, on in (("hints", s.until_agreement and cfg.agent.route_hints), ("follows", s.until_follows))
+            if on]
 
 
 def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task], bars: Any, console: Any
@@ -178,7 +186,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     repeats = label_repeats([lab.plan.name for lab in labels], c.sft.label_balance)
     samples = scripted_samples([(lab.task, script_of(lab.plan)) for lab in labels], tools, tok,
                                launch.prompter_kwargs(c), c.agent.loop_kwargs(), eos, c.sampling.max_tokens,
-                               repeats=repeats)
+                               repeats=repeats, note=note(c))
     if c.sft.label_balance:
         rare = {lab.plan.name: k for lab, k in zip(labels, repeats, strict=True) if k > 1}
         console.print(f"  teacher: rare labels repeated (sft.label_balance {c.sft.label_balance:g}): "
@@ -191,6 +199,13 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     return samples, {"explore_episodes": played, "adaptive_plans": [k.name for k in cascades], "explore_s": explore_s,
                      "router_extra_tasks": len(pool), "teacher_labels": len(labels), "sft_repeated": sum(repeats) - len(repeats),
                      "teacher_mix": {k: dict(v) for k, v in mix.items()}}
+
+
+def note(cfg: Any) -> Callable[[str], str] | None:
+    """What every demonstrated call opens with: the prompt's preference restated (sft.restate_preference), or none."""
+    from orchestra.agent.prompt import preference_note
+
+    return preference_note if cfg.sft.restate_preference else None
 
 
 def cascade_episodes(cfg: Any, train: list[Task]) -> tuple[list[tuple[Task, Script]], int, int]:
@@ -246,7 +261,7 @@ def cascade_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
     c = cfg
     episodes, escalated, read = cascade_episodes(c, train)
     samples = scripted_samples(episodes, tools, tok, launch.prompter_kwargs(c), c.agent.loop_kwargs(),
-                               eos_token_ids(tok), c.sampling.max_tokens)
+                               eos_token_ids(tok), c.sampling.max_tokens, note=note(c))
     n = max(len(episodes), 1)
     how = (f"following its rule on {read} (under {', '.join(c.sft.escalate_under)}), submitting on the rest" if read
            else f"escalating on {escalated} ({escalated / n:.0%}, whatever the experts answered)")

@@ -166,6 +166,19 @@ def restatement(prompt: str, tool: str) -> str:
     return f"<think>{verdict} {tool}</think>" if verdict in VERDICTS else ""
 
 
+def preference_note(prompt: str) -> str:
+    """The note a policy writes before each call once SFT taught it to (sft.restate_preference): the prompt's last
+    priorities line in a think block, "<think>cost top, latency medium</think>" ("" when the prompt shows none). A
+    1M-parameter policy must tie a decision some 20 tokens into its reply to one bin word at the end of its prompt,
+    and on many seeds it never does: it learns the route mix and gives every preference the same routes
+    (docs/quality.md, "One recipe for every seed"). Restated, the word is a copy the policy is trained on directly
+    (a wrong copy costs its whole loss), and the decision then reads the note's own words a few tokens back."""
+    at = prompt.rfind("Priorities: ")
+    if at < 0:
+        return ""
+    return f"<think>{prompt[at + len('Priorities: '):].split('.', 1)[0]}</think>"
+
+
 class Prompter:
     def __init__(self, tokenizer: ChatTokenizer, system_prompt: str = "", doc_chars: int = 1200,
                  code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500,

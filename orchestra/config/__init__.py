@@ -28,6 +28,7 @@ from orchestra.config.schema import (
     Tau2Config,
     TinyModelConfig,
     ToolServerConfig,
+    TrainConfig,
     VerlConfig,
     WebSearchConfig,
     ZooConfig,
@@ -39,6 +40,6 @@ __all__ = [
     "ConfigError", "DataConfig", "EngineConfig", "EvalConfig", "ExperimentConfig", "ExpertConfig",
     "GROUPS", "LogConfig", "LoraConfig", "MCPServerConfig", "MCPToolConfig", "ModelConfig",
     "RetrieverConfig", "RewardConfig", "SFTConfig", "SamplingConfig", "SandboxConfig", "Tau2Config",
-    "TinyModelConfig", "ToolServerConfig", "VerlConfig", "WebSearchConfig", "ZooConfig",
+    "TinyModelConfig", "ToolServerConfig", "TrainConfig", "VerlConfig", "WebSearchConfig", "ZooConfig",
     "check_mcp_servers", "load_config", "save_config", "task_tiers", "to_yaml", "validate"
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from orchestra.agent.prompt import CATALOGUES  # the value lists live with the code that reads them
 from orchestra.config.schema import ConfigError, ExperimentConfig, MCPServerConfig
-from orchestra.preferences import PRESETS, parse_preference
+from orchestra.preferences import COST_ORDER, PRESETS, parse_preference
 from orchestra.routing.select import CRITERIA
 
 
@@ -90,10 +90,18 @@ def validate(cfg: ExperimentConfig) -> None:
             parse_preference(spec)
         except ValueError as e:
             raise ConfigError(f"sft.vectors: {e}") from None
+    need(not cfg.sft.restate_preference or cfg.sft.teacher in ("expected_value", "cascade"), "sft.restate_preference",
+         f"restates the preference in scripted demonstrations: needs sft.teacher expected_value or cascade, not "
+         f"{cfg.sft.teacher!r}")
+    need(not cfg.sft.restate_preference or cfg.agent.preference_words or not cfg.agent.preference_numbers,
+         "sft.restate_preference", "restates the prompt's 'Priorities:' words: needs agent.preference_words=true")
     need(0.0 <= cfg.sft.until_agreement <= 1.0, "sft.until_agreement", "must be in [0, 1] (0: off)")
     need(0.0 <= cfg.sft.label_balance <= 1.0, "sft.label_balance", "must be in [0, 1] (0: off)")
-    need(cfg.sft.max_steps >= cfg.sft.steps if cfg.sft.until_agreement else cfg.sft.max_steps == 0, "sft.max_steps",
-         f"must be >= sft.steps ({cfg.sft.steps}) with sft.until_agreement, else 0")
+    runs_on = cfg.sft.until_agreement or cfg.sft.until_follows
+    need(cfg.sft.max_steps >= cfg.sft.steps if runs_on else cfg.sft.max_steps == 0, "sft.max_steps",
+         f"must be >= sft.steps ({cfg.sft.steps}) with sft.until_agreement or sft.until_follows, else 0")
+    need(not cfg.sft.until_follows or set(COST_ORDER) <= set(cfg.eval.presets), "sft.until_follows",
+         f"checks $ over the cost-ordered presets: eval.presets must hold {list(COST_ORDER)}")
     need(cfg.router.explore_tasks >= 0, "router.explore_tasks", "must be >= 0 (0: every training task)")
     need(cfg.router.extra_tasks >= 0, "router.extra_tasks", "must be >= 0")
     need(cfg.router.extra_tasks == 0 or cfg.sft.teacher == "expected_value", "router.extra_tasks",
@@ -103,6 +111,8 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.router.embed_dtype in ("float32", "bfloat16"), "router.embed_dtype", "must be float32 or bfloat16")
     need(cfg.router.select_by in CRITERIA, "router.select_by",
          f"must be one of {', '.join(CRITERIA)}, got {cfg.router.select_by!r}")
+    need(cfg.train.min_pref_spread >= 1.0, "train.min_pref_spread", "must be >= 1 (accuracy-first $ / cost-first $)")
+    need(-1.0 <= cfg.train.min_unseen_adherence <= 1.0, "train.min_unseen_adherence", "must be in [-1, 1] (a Spearman)")
     for name in cfg.eval.presets:
         need(name in PRESETS, "eval.presets", f"{name!r} is not a preset; choose from {sorted(PRESETS)}")
     need(not cfg.sft.paired or bool(cfg.data.preference_pairs), "sft.paired",

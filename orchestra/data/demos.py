@@ -28,7 +28,7 @@ from typing import Any
 from orchestra.agent.loop import AgentLoop, ToolClient, episode_samples
 from orchestra.agent.prompt import Prompter
 from orchestra.engine import Sampling
-from orchestra.engine.scripted import random_episode, script_engine
+from orchestra.engine.scripted import noted, random_episode, script_engine
 from orchestra.types import Task, Trajectory
 
 Scorer = Callable[[Trajectory, Task], Awaitable[float]]
@@ -82,8 +82,10 @@ Script = list[str] | Callable[[int, str], str]  # fixed call texts, or a rule (t
 
 def scripted_trajectories(episodes: list[tuple[Task, Script]], tools: ToolClient, tokenizer: Any,
                           prompter_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], eos_ids: list[int],
-                          max_tokens: int = 96, concurrency: int = 64) -> list[Trajectory]:
-    """Each (task, script) played once through the agent loop, in order."""
+                          max_tokens: int = 96, concurrency: int = 64, note: Callable[[str], str] | None = None
+                          ) -> list[Trajectory]:
+    """Each (task, script) played once through the agent loop, in order; with `note`, every call opens with
+    note(prompt text) (sft.restate_preference: orchestra/agent/prompt.preference_note)."""
     prompter = Prompter(tokenizer, **prompter_kwargs)
 
     async def run() -> list[Trajectory]:
@@ -91,8 +93,8 @@ def scripted_trajectories(episodes: list[tuple[Task, Script]], tools: ToolClient
 
         async def one(i: int, task: Task, script: Script) -> Trajectory:
             async with sem:
-                loop = AgentLoop(script_engine(tokenizer, script, eos_ids[0]), tools, prompter,
-                                 eos_token_ids=eos_ids, **agent_kwargs)
+                loop = AgentLoop(script_engine(tokenizer, noted(script, note) if note else script, eos_ids[0]),
+                                 tools, prompter, eos_token_ids=eos_ids, **agent_kwargs)
                 return await loop.run(task, Sampling(max_tokens=max_tokens), uid=f"sft-{i}")
 
         return list(await asyncio.gather(*(one(i, t, s) for i, (t, s) in enumerate(episodes))))
@@ -102,16 +104,17 @@ def scripted_trajectories(episodes: list[tuple[Task, Script]], tools: ToolClient
 
 def scripted_samples(episodes: list[tuple[Task, Script]], tools: ToolClient, tokenizer: Any,
                      prompter_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], eos_ids: list[int],
-                     max_tokens: int = 96, concurrency: int = 64, repeats: Sequence[int] | None = None) -> list[Any]:
-    """Each (task, script) played once through the agent loop (`scripted_trajectories`) -> its well-formed turns as
-    samples, episode i's `repeats[i]` times (`label_repeats`; default once)."""
+                     max_tokens: int = 96, concurrency: int = 64, repeats: Sequence[int] | None = None,
+                     note: Callable[[str], str] | None = None) -> list[Any]:
+    """Each (task, script) played once through the agent loop (`scripted_trajectories`, `note` before every call)
+    -> its well-formed turns as samples, episode i's `repeats[i]` times (`label_repeats`; default once)."""
     if not episodes:
         raise ValueError("SFT needs at least one demonstration")
     counts = list(repeats) if repeats is not None else [1] * len(episodes)
     if len(counts) != len(episodes):
         raise ValueError(f"scripted_samples: {len(counts)} repeat counts for {len(episodes)} episodes")
     trajs = scripted_trajectories(episodes, tools, tokenizer, prompter_kwargs, agent_kwargs, eos_ids, max_tokens,
-                                  concurrency)
+                                  concurrency, note)
     parts = [[s for s, turn in zip(episode_samples(traj), traj.turns) if turn.format_ok] for traj in trajs]
     return [s for part, k in zip(parts, counts, strict=True) for s in part * k]
 

@@ -58,6 +58,12 @@ def as_rule(script: list[str] | Callable[[int, str], str]) -> Callable[[int, str
     return lambda turn, _prompt: script[min(turn, len(script) - 1)]
 
 
+def noted(script: list[str] | Callable[[int, str], str], note: Callable[[str], str]) -> Callable[[int, str], str]:
+    """`script` whose every call opens with `note(prompt text)` (e.g. orchestra/agent/prompt.preference_note)."""
+    rule = as_rule(script)
+    return lambda turn, prompt: note(prompt) + rule(turn, prompt)
+
+
 def script_engine(tokenizer: Any, script: list[str] | Callable[[int, str], str], eos_token_id: int) -> RouterEngine:
     """One episode's engine playing `script` (`as_rule`)."""
     return RouterEngine(tokenizer, as_rule(script), eos_token_id)

@@ -38,6 +38,13 @@ SMOKE = {  # script -> (arguments for seconds-long sizes, RESULT names it must p
                      "log.replay_weights=false", "log.tensorboard=false", "log.plots=false",
                      "checkpoint.every_steps=1", "cluster.torch_threads=1"],
                     {"rl_gain", "rl_gain_ci_low", "rl_spend_ratio", "rl_partial_vs_warm_start"}),
+    # one toy run of cpu_tiny's recipe judged as make train judges itself (the verdict), figures over seeds
+    "seeds.py": (["seeds=1", "root={tmp}", "data.n_train=12", "data.n_heldout=4", "eval.n_tasks=2", "router.folds=2",
+                  "sft.steps=4", "sft.max_steps=4", "sft.vectors_sampled=1", "algo.steps=1", "algo.group_size=2",
+                  "algo.prompts_per_step=2", "eval.sweep=false", "log.replay_weights=false", "log.tensorboard=false",
+                  "log.plots=false", "checkpoint.every_steps=1", "cluster.torch_threads=1"],
+                 {"seeds_n", "seeds_follows", "seeds_min_pref_spread", "seeds_all_monotone", "seeds_min_format_ok",
+                  "seeds_min_vs_estimator_hi", "seeds_min_rl_gain_hi", "seeds_rl_gain"}),
     # one toy run of adaptive_control's recipe (cascade teacher, GRPO paired over presets)
     "rl_control.py": (["seeds=1", "root={tmp}", "data.n_train=12", "data.n_heldout=4", "eval.n_tasks=4",
                        "sft.steps=4", "algo.steps=1", "algo.group_size=2", "algo.prompts_per_step=2",

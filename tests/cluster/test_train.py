@@ -193,9 +193,11 @@ def test_sft_runs_on_in_chunks_until_the_hint_is_copied_under_every_preset(share
     sc = SFTConfig(steps=8, lr=1e-3, batch_size=2, until_agreement=0.9, max_steps=16)
     lrs, asked = [], []
 
-    def check(step):
+    def check(step):  # as cluster/heldout.train_check answers for the hint check
         asked.append(step)
-        return shares[len(asked) - 1]
+        low = {k: v for k, v in shares[len(asked) - 1].items() if v < 0.9}
+        return {"passed": not low, "line": "copies", "below": ", ".join(f"{v:.0%} under {k}" for k, v in low.items()),
+                **shares[len(asked) - 1]}
 
     console = Console(file=io.StringIO(), width=200)
     with Bars(console) as bars:
@@ -205,7 +207,8 @@ def test_sft_runs_on_in_chunks_until_the_hint_is_copied_under_every_preset(share
     assert asked == [s for s in (8, 10, 12, 14) if s <= steps_done and s < 16]  # every steps // 4 after steps
     assert [c["step"] for c in out["sft_agreement_checks"]] == asked
     assert lrs == sorted(lrs, reverse=True) and lrs[-1] > 1e-4 * 0.999  # one decay over max_steps
-    assert ("below 90%: 2 more steps" in console.file.getvalue()) == (steps_done > 8)
+    assert ("copies; 2 more steps" in console.file.getvalue()) == (steps_done > 8)
+    assert [c["passed"] for c in out["sft_agreement_checks"]] == [False] * (len(asked) - 1) + [steps_done < 16]
     plain = sft_loop(SFTConfig(steps=8, lr=1e-3, batch_size=2), lambda b, lr: {"sft_loss": 0.5}, list(range(5)), 0,
                      Bars(console), console)
     assert plain == {"sft_loss": 0.5, "sft_steps_done": 8}  # without a check: exactly sft.steps
