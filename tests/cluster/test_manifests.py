@@ -343,3 +343,58 @@ def test_runtime_env_file():
     assert {".git/", ".venv/"} <= set(env["excludes"])
     assert not [k for k in env["env_vars"] if k.endswith(("_KEY", "_TOKEN"))]  # secrets never live in the file
     assert "OPENAI_API_KEY" in env["secret_env_vars"] and "OPENAI_API_KEY" not in env["env_vars"]
+
+
+# AWS's public SSM parameters for the Deep Learning Base OSS Nvidia Driver GPU AMIs (x86_64: the p5 nodes)
+DLAMI_PARAMETER = re.compile(r"^resolve:ssm:/aws/service/deeplearning/ami/x86_64/"
+                             r"base-oss-nvidia-driver-gpu-ubuntu-(22|24)\.04/latest/ami-id$")
+AMI_ID = re.compile(r"^ami-[0-9a-f]{8,17}$")
+
+
+def provider_files() -> list[str]:
+    """Every `ray up` cluster config in cluster/ (a YAML with a provider and node types)."""
+    found = []
+    for path in sorted(CLUSTER.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        if isinstance(data, dict) and "provider" in data and "available_node_types" in data:
+            found.append(path.name)
+    return found
+
+
+def rays_default_amis() -> tuple[dict[str, str], list[str]]:
+    """Ray's AWS default AMIs and the ImageId values `ray up` replaces by them (ray/autoscaler/_private/aws/config.py:
+    DEFAULT_AMI, `_check_ami`), read from the installed source: importing it needs boto3, which only the cluster's
+    head venv has."""
+    import ast
+    import importlib.util
+
+    source = Path(importlib.util.find_spec("ray.autoscaler").submodule_search_locations[0]) / "_private/aws/config.py"
+    tree = ast.parse(source.read_text())
+    (table,) = [ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", "") == "DEFAULT_AMI" for t in n.targets)]
+    (check,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_check_ami"]
+    replaced = [ast.literal_eval(c.comparators[0]) for c in ast.walk(check) if isinstance(c, ast.Compare)
+                and isinstance(c.ops[0], ast.In) and isinstance(c.comparators[0], ast.List)]
+    assert replaced == [["", "latest_dlami"]] and len(table) > 10, (replaced, len(table))
+    return table, replaced[0]
+
+
+def test_every_node_boots_a_named_gpu_image_not_rays_default():
+    """On f4067d9 neither node type set an ImageId: Ray's AWS provider then boots its own default, the 2023 "Deep
+    Learning AMI (Ubuntu 18.04) V71.0" with CUDA 11.2, whose driver cannot start the CUDA 13 container: the H100
+    workers never joined. `ray up` applies `_check_ami` to every node type: it must find an image it keeps."""
+    DEFAULT_AMI, replaced = rays_default_amis()
+    files = provider_files()
+    assert "ray-cluster.yaml" in files
+    for name in files:
+        c = load(name)
+        assert c["provider"]["type"] == "aws", f"{name}: add the image check for provider {c['provider']['type']!r}"
+        for kind, node in c["available_node_types"].items():
+            image = node["node_config"].get("ImageId", "")
+            assert image, f"{name}: node type {kind!r} has no ImageId (Ray would boot its CUDA 11.2 default)"
+            assert image.lower() not in replaced and image not in DEFAULT_AMI.values(), (name, kind, image)
+            # a current NVIDIA-driver image, by AWS's public parameter, or a pinned id (docs/cluster.md)
+            assert DLAMI_PARAMETER.match(image) or AMI_ID.match(image), (name, kind, image)
+        # the GPU workers and the head boot the same image: one place to change it
+        assert len({n["node_config"]["ImageId"] for n in c["available_node_types"].values()}) == 1, name
+    assert "The nodes' image" in (CLUSTER.parent / "docs" / "cluster.md").read_text()
