@@ -269,8 +269,10 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         "algorithm.adv_estimator=grpo",
         f"algorithm.norm_adv_by_std_in_grpo={not group_reward and cfg.reward.norm_adv_by_std}",
         "algorithm.use_kl_in_reward=False",
-        # TransferQueue on small nodes
+        # TransferQueue on small nodes; its storage units pinned (hard) only to nodes that offer CPUs: the KubeRay
+        # `tools` pod offers none (transfer_queue/utils/common.py spreads them over every alive node otherwise)
         f"transfer_queue.backend.SimpleStorage.num_data_storage_units={v.storage_units}",
+        "+transfer_queue.backend.SimpleStorage.required_node_resource=CPU",
         # trainer: V1; checkpoints (and verl's auto-resume) under the shared output dir
         "trainer.use_v1=True", f"trainer.v1.trainer_mode={v.trainer_mode}",
         f"trainer.nnodes={gpus['nnodes']}", f"trainer.n_gpus_per_node={gpus['gpus']}",

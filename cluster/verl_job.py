@@ -177,8 +177,11 @@ def start_job_actors(cfg: ExperimentConfig) -> dict[str, Any]:
     grouped rubrics. Refuses, before any training, a code sandbox that would refuse code where a code tool's
     server runs (its own node: cluster.tool_resources pins them, cluster/kuberay/rayjob.yaml's `tools` pods)."""
     from cluster.launch import sandbox_preflight_servers, start_reward_actor, start_tool_servers, wait_ready
+    from orchestra.data.tasks import load_corpus
 
-    actors: dict[str, Any] = {"tools": start_tool_servers(cfg)}
+    # read here, on the driver's node (the shared claim): the `tools` pod that runs `search` has no claim
+    corpus = load_corpus(cfg.zoo.retriever.corpus) if cfg.zoo.retriever.corpus else None
+    actors: dict[str, Any] = {"tools": start_tool_servers(cfg, corpus)}
     lines = sandbox_preflight_servers(cfg, actors["tools"])
     errors = [line for line in lines if line.startswith("error")]
     for line in lines:

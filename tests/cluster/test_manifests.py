@@ -58,17 +58,29 @@ def runtime_envs(manifest: dict) -> list[dict]:
 
 def mount_claims(pod: dict) -> dict[str, str]:
     """mountPath -> the PersistentVolumeClaim behind it, for every container of the pod."""
-    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod.get("volumes", [])
               if "persistentVolumeClaim" in v}
     return {m["mountPath"]: claims[m["name"]] for c in pod["containers"] for m in c.get("volumeMounts", [])
             if m["name"] in claims}
 
 
+def groups(manifest: dict) -> list[dict]:
+    """The head group and every worker group (each with rayStartParams and a pod template)."""
+    rc = ray_cluster(manifest)
+    return [rc["headGroupSpec"], *rc["workerGroupSpecs"]]
+
+
+def offers_cpus(group: dict) -> bool:
+    """Whether Ray may place CPU work on the group's pods (`num-cpus: "0"` keeps everything that asks for CPUs off)."""
+    return str(group.get("rayStartParams", {}).get("num-cpus", "")) != "0"
+
+
 def assert_on_shared_storage(manifest: dict, path: str) -> None:
-    """`path` is absolute and lies under one mount that every pod has, backed by the same claim."""
+    """`path` is absolute and lies under one mount that every pod has where Ray places CPU work (verl's workers, the
+    driver), backed by the same claim."""
     assert os.path.isabs(path) and ".." not in Path(path).parts, path
-    per_pod = [{mp: claim for mp, claim in mount_claims(pod).items() if Path(path).is_relative_to(mp)}
-               for pod in pod_specs(manifest)]
+    per_pod = [{mp: claim for mp, claim in mount_claims(g["template"]["spec"]).items() if Path(path).is_relative_to(mp)}
+               for g in groups(manifest) if offers_cpus(g)]
     assert all(per_pod), f"{path} is not on a claim mounted in every pod: {per_pod}"
     assert len({tuple(sorted(p.items())) for p in per_pod}) == 1, per_pod
 
@@ -398,3 +410,31 @@ def test_every_node_boots_a_named_gpu_image_not_rays_default():
         # the GPU workers and the head boot the same image: one place to change it
         assert len({n["node_config"]["ImageId"] for n in c["available_node_types"].values()}) == 1, name
     assert "The nodes' image" in (CLUSTER.parent / "docs" / "cluster.md").read_text()
+
+
+@pytest.mark.parametrize("name", KUBERAY)
+def test_no_user_namespaced_pod_mounts_a_claim(name):
+    """A `hostUsers: false` pod mounts its volumes idmapped, which NFS, EFS and Filestore (the RWX classes the
+    RayJob's header recommends) do not support: on f4067d9 the `tools` pod mounted the claim and never started, and
+    the RayJob waited for it until its 72-hour deadline."""
+    for pod in pod_specs(load(name)):
+        if pod.get("hostUsers") is False:
+            assert not [v for v in pod.get("volumes", []) if "persistentVolumeClaim" in v or "ephemeral" in v], pod
+            assert not mount_claims(pod)
+
+
+def test_the_claimless_tools_pod_runs_only_the_tool_servers():
+    """Nothing that reads the staged files may land on the claimless `tools` pod. verl 0.9.1 spreads its agent-loop
+    and reward-loop workers round-robin over every node offering CPUs (experimental/agent_loop/agent_loop.py,
+    reward_loop.py: `Resources.CPU > 0`) and TransferQueue its storage units over every alive node (hard affinity,
+    transfer_queue/utils/common.py) unless a resource is required: the pod offers no CPUs, h100_2x8's tool servers ask
+    for none, and the job requires CPUs of the storage units' nodes."""
+    from cluster.verl_config import verl_overrides
+
+    j = load("kuberay/rayjob.yaml")
+    (tools,) = [g for g in groups(j) if g["template"]["spec"].get("hostUsers") is False]
+    assert not offers_cpus(tools) and [g for g in groups(j) if offers_cpus(g)]
+    cfg = load_config(["experiment=h100_2x8"])
+    assert set(cfg.cluster.tool_resources) <= set(start_resources(tools["rayStartParams"]))
+    assert cfg.zoo.server.num_cpus == 0  # or no tool server could be placed there
+    assert "+transfer_queue.backend.SimpleStorage.required_node_resource=CPU" in verl_overrides(cfg, [])

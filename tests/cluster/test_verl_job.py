@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -269,6 +270,40 @@ def test_the_job_searches_the_staged_corpus(tmp_path):
     assert cfg.zoo.retriever.corpus == f"{tmp_path}/verl/corpus.jsonl"
     assert not isinstance(Build(cfg.zoo).search_backend(), WebSearch)
     assert cfg.reward.group_deadline_s == group_deadline_s(load_config(H100))
+
+
+def test_search_gets_its_corpus_in_its_constructor_not_from_the_shared_claim(monkeypatch, tmp_path):
+    """The KubeRay `tools` pod, where `search` runs, mounts no claim (a user-namespaced pod cannot mount NFS). On
+    f4067d9 the server read zoo.retriever.corpus, a path on the claim, on its own node. The driver reads the
+    passages and hands them to the corpus tools' constructors; the other servers get none."""
+    from actors import tool_server
+    from cluster import launch
+    from orchestra.data.tasks import load_corpus
+    from tools.registry import build_tools, zoo_dict
+
+    over = H100 + [f"verl.output_dir={tmp_path}", "data.n_train=4", "data.n_heldout=1"]
+    stage(load_config(over), over)
+    cfg = prepare_here(load_config(over))
+    made: dict[str, dict] = {}
+
+    def fake_make(zoo, names=None, *, ledger=None, build_kwargs=None, resources=None, **kw):
+        made.update({n: {"build_kwargs": build_kwargs, "resources": resources, "zoo": zoo} for n in names})
+        return {n: SimpleNamespace(ready=SimpleNamespace(remote=lambda: None)) for n in names}, ledger
+
+    monkeypatch.setattr(tool_server, "make_tool_servers", fake_make)
+    monkeypatch.setattr(launch, "wait_ready", lambda cfg, refs, what: [])
+    monkeypatch.setattr(launch, "sandbox_preflight_servers", lambda cfg, handles: [])
+    actors = verl_job.start_job_actors(cfg)  # scalar rubric: tool servers only
+    assert set(actors["tools"]) == set(cfg.zoo.tools) == set(made)
+    passages = load_corpus(cfg.zoo.retriever.corpus)
+    assert passages and made["search"]["build_kwargs"] == {"corpus": passages}
+    assert all(made[n]["build_kwargs"] is None for n in made if n != "search")
+    assert {str(m["resources"]) for m in made.values()} == {str(cfg.cluster.tool_resources)}
+    Path(cfg.zoo.retriever.corpus).unlink()  # as on the tools pod: the path is not there
+    tool = build_tools(made["search"]["zoo"], ["search"], **made["search"]["build_kwargs"])["search"]
+    assert tool.name == "search"
+    with pytest.raises(FileNotFoundError):  # what the server did on f4067d9 on a pod without the claim
+        build_tools(zoo_dict(cfg.zoo), ["search"])
 
 
 def test_the_job_holds_its_actors_and_starts_no_reward_actor_for_scalar(monkeypatch, tmp_path):
