@@ -57,6 +57,7 @@ from reward.rubric import rubric_of
 RUNTIME_ENV = ROOT / "cluster" / "runtime_env.yaml"
 PG_PLUGIN = "actors.verl_plugins.process_group"
 PG_TIMEOUT_ENV = "ORCHESTRA_PG_TIMEOUT_S"  # read by PG_PLUGIN
+CKPT_PLUGIN = "actors.verl_plugins.checkpoint"  # one HSDP replica group writes the checkpoint's shards
 FLAGS = ("--dry-run", "--here")
 
 
@@ -88,16 +89,17 @@ def submit_env() -> dict[str, str]:
 
 def platform_env(cfg: ExperimentConfig) -> dict[str, str]:
     """Env vars every verl process gets (Ray runtime_env): TensorBoard under the output dir; the plugin modules verl
-    imports at start-up (verl/__init__.py:49): the process-group timeout everywhere, on the CPU platform also the
-    platform it selects."""
-    env = {"TENSORBOARD_DIR": f"{output_dir(cfg)}/tb", "VERL_USE_EXTERNAL_MODULES": PG_PLUGIN,
+    imports at start-up (verl/__init__.py:49): the process-group timeout and the one-replica checkpoint writes
+    everywhere, on the CPU platform also the platform it selects."""
+    env = {"TENSORBOARD_DIR": f"{output_dir(cfg)}/tb", "VERL_USE_EXTERNAL_MODULES": f"{PG_PLUGIN},{CKPT_PLUGIN}",
            PG_TIMEOUT_ENV: f"{cfg.verl.nccl_timeout_s:g}"}
     if cfg.verl.trainer_mode == "separate_async":
         # verl/trainer/ppo/v1/trainer_separate_async.py:181-185 passes print's `flush=True` to logger.info: a
         # TypeError whenever that logger is at INFO (its default, VERL_LOGGING_LEVEL); at WARNING the call is skipped
         env["VERL_LOGGING_LEVEL"] = "WARNING"
     if cfg.verl.platform == "cpu":
-        env.update(VERL_USE_EXTERNAL_MODULES=f"{CPU_PLUGIN},{PG_PLUGIN}", VERL_PLATFORM="cpu", OMP_NUM_THREADS="1")
+        env.update(VERL_USE_EXTERNAL_MODULES=f"{CPU_PLUGIN},{PG_PLUGIN},{CKPT_PLUGIN}", VERL_PLATFORM="cpu",
+                   OMP_NUM_THREADS="1")
         if rollout_name(cfg) == "vllm":  # also set by the platform's rollout_env_vars hook; here for every process
             env.update(VLLM_CPU_OMP_THREADS_BIND="nobind")
     return env
