@@ -177,21 +177,6 @@ def mini_batch_prompts(cfg: ExperimentConfig) -> int:
     return rows
 
 
-def updates_line(cfg: ExperimentConfig) -> str:
-    """What one RL step does to the optimizer, printed by the dry run and at the job's start."""
-    al, a = cfg.algo, cfg.agent
-    mini, step = mini_batch_prompts(cfg), rows_per_step(cfg)
-    tasks = f"{step} prompts" + (f" = {al.prompts_per_step} tasks x their {step // al.prompts_per_step} paired "
-                                 f"vectors" if step != al.prompts_per_step else "")
-    if a.context_mode == "reprompt" and mini == step:
-        return (f"verl updates: about T optimizer steps per RL step, T = the step's mean turns per episode "
-                f"(separate_async: actor.ppo_mini_batch_size = {tasks}); the later ones off-policy")
-    rows = mini * al.group_size
-    return (f"verl updates: {al.ppo_epochs} optimizer step(s) per RL step (actor.ppo_mini_batch_size = {mini} prompts"
-            + (f" = {tasks} x agent.max_turns {a.max_turns}: every turn of the step in one mini-batch "
-               f"of {rows} rows, padded with empty rows" if mini != step else f" = {tasks}") + ")")
-
-
 def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> list[str]:
     """Hydra overrides for verl's ppo_trainer.yaml, one `key=value` each (new keys carry a leading +)."""
     a, al, s, v = cfg.agent, cfg.algo, cfg.sampling, cfg.verl

@@ -45,10 +45,10 @@ from cluster.verl_config import (
     output_dir,
     rollout_name,
     stage_dir,
-    updates_line,
     validate_verl_config,
     verl_overrides,
 )
+from cluster.verl_plan import check_cadence, checkpoint_line, resume_plan, updates_line
 from cluster.verl_stage import export_hf, stage, warm_start_stage
 from orchestra.config import ConfigError, ExperimentConfig, load_config
 from orchestra.config.cli import parse_cli
@@ -203,6 +203,10 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     check_cpu_vllm(cfg)
     cfg = prepare_here(cfg)
     print(updates_line(cfg))
+    print(checkpoint_line(cfg))
+    resumed = resume_plan(cfg)  # verl resumes from the newest checkpoint: say which tasks its first step plays
+    if resumed:
+        print(f"resuming: step {resumed[0]} plays the staged order's rows for tasks {resumed[1]}")
     env = platform_env(cfg)
     os.environ.update(env)  # this process too: the driver imports verl (and the CPU plugin) below
     import ray
@@ -243,6 +247,7 @@ def _dry_run(cfg: ExperimentConfig, overrides: list[str], verl_cfg: Any) -> int:
     print("# agent-loop yaml (" + stage_dir(cfg) + "/agent_loop.yaml):")
     print(yaml.safe_dump(agent_loop_entries(overrides), sort_keys=False))
     print("# " + updates_line(cfg))
+    print("# " + checkpoint_line(cfg))
     print(f"# runtime_env: env_vars {sorted(env['env_vars'])}; excludes {env.get('excludes', [])}")
     if secrets:
         print(f"# not sent with the job (set them on the nodes: docs/cluster.md): {secrets}")
@@ -294,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.backend != "verl":
             raise ConfigError(f"backend: cluster.verl_job needs backend=verl, got {cfg.backend!r}")
         verl_cfg = compose(verl_overrides(cfg, overrides))
+        check_cadence(cfg)
         if "--dry-run" in flags:
             return _dry_run(cfg, overrides, verl_cfg)
         if "--here" not in flags:

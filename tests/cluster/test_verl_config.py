@@ -14,8 +14,9 @@ import pytest
 
 pytest.importorskip("hydra")
 
-from cluster.verl_config import compose, context_lengths, rows_per_step, updates_line, verl_overrides  # noqa: E402
+from cluster.verl_config import compose, context_lengths, rows_per_step, verl_overrides  # noqa: E402
 from cluster.verl_job import platform_env  # noqa: E402
+from cluster.verl_plan import updates_line  # noqa: E402
 from orchestra.config import ConfigError, load_config  # noqa: E402
 
 H100 = ["experiment=h100_2x8"]
@@ -68,7 +69,7 @@ def test_a_paired_step_plays_every_task_under_every_vector_as_the_local_trainer_
     assert c.data.train_batch_size == 8 * vectors and rows_per_step(cfg) == 8 * vectors
     assert c.actor_rollout_ref.actor.ppo_mini_batch_size == 8 * vectors * cfg.agent.max_turns
     assert adam_steps(c, 8 * vectors * cfg.algo.group_size * cfg.agent.max_turns, dp=2) == 1
-    assert (f"= 8 tasks x their {vectors} paired vectors" in updates_line(cfg)) == (vectors > 1)
+    assert (f"(8 tasks x {vectors} paired vectors)" in updates_line(cfg)) == (vectors > 1)
 
 
 def test_transcript_lengths_stay_within_the_models_positions():
