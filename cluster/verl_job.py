@@ -5,13 +5,15 @@
   it), the entrypoint being this module with `--here` run by the cluster venv's python (`verl.python`). The job
   needs `verl.output_dir`: an absolute directory every node shares.
 - `--here`: runs verl's entry point in this process, as `python -m verl.trainer.main_ppo` would (compose,
-  auto_set_device, validate_config, run_ppo with the V1 TaskRunner), after staging the task files under
-  `<verl.output_dir>/verl/` (`stage`), checking the code sandbox, and starting our named actors (`tool:<name>` tool
+  auto_set_device, validate_config, run_ppo with the V1 TaskRunner), after downloading an HF policy once into the
+  shared storage and staging the task files under `<verl.output_dir>/verl/` (`stage`), waiting for the GPU and
+  tool nodes to join (cluster/verl_wait.py), checking the code sandbox, and starting our named actors (`tool:<name>` tool
   servers, `search` on the staged corpus, and the `reward` RewardActor for grouped rubrics), whose handles it holds
   for the job's lifetime (a named actor without a handle is garbage-collected). `verl.platform=cpu` runs the same
   trainer on CPU through verl's plugin points (actors/verl_plugins/cpu_platform.py): how CI proves this path.
 - `--dry-run`: prints the resolved verl config and the `ray job submit` command; touches no cluster.
-The config translation is cluster/verl_config.py; the files the job stages and exports (`stage`, the
+The config translation is cluster/verl_config.py; the plan it prints (updates, padding, checkpoint bytes, the
+resumed step) cluster/verl_plan.py's; the files the job stages and exports (`stage`, the
 warm-started policy, the merged HF dir) are cluster/verl_stage.py's. Secrets never travel in the job's
 runtime_env (Ray's job table shows it to every token holder): nodes get them from their own environment
 (cluster/ray-cluster.yaml's env file, the KubeRay Secret), and the launcher only names the ones set here that
@@ -20,15 +22,12 @@ will not be sent.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -50,6 +49,7 @@ from cluster.verl_config import (
 )
 from cluster.verl_plan import check_cadence, checkpoint_line, resume_plan, updates_line
 from cluster.verl_stage import export_hf, stage, warm_start_stage
+from cluster.verl_wait import fetch_policy, wait_for_nodes, watchdog
 from orchestra.config import ConfigError, ExperimentConfig, load_config
 from orchestra.config.cli import parse_cli
 from reward.rubric import rubric_of
@@ -117,53 +117,6 @@ def check_cpu_vllm(cfg: ExperimentConfig) -> None:
                           f"the venv `make verl-vllm-cpu` builds ({ROOT}/.venv-verl-vllm/bin/python)")
 
 
-WATCHDOG_EXIT = 124  # the exit status of a run the watchdog ended from its thread (as `timeout` uses)
-WATCHDOG_GRACE_S = 30.0
-
-
-@contextlib.contextmanager
-def watchdog(seconds: float, what: str):
-    """The run stops after `seconds` with the cluster's free resources named (a placement group that can never be
-    placed waits silently in verl; a failed weight sync into vLLM leaves verl's trainer waiting in update_weights for
-    ever). 0: no limit. Main thread only. Two stages: SIGALRM raises TimeoutError in the main thread; a main thread
-    blocked inside a C call (ray.get on a task that never returns: Python runs no signal handler there) is ended
-    WATCHDOG_GRACE_S later from a timer thread, which prints the same message and exits with WATCHDOG_EXIT (Ray's
-    reaper stops the local cluster; a submitted job's actors go with its driver)."""
-    if seconds <= 0:
-        yield
-        return
-
-    def message() -> str:
-        try:
-            import ray
-
-            free = ray.available_resources() if ray.is_initialized() else {}
-        except Exception as e:  # the message must come out even when Ray cannot answer
-            free = f"unknown ({type(e).__name__})"
-        return (f"{what} did not finish within verl.watchdog_s={seconds:g}s; free resources: {free} (a placement "
-                "group that cannot be placed waits forever: give the cluster more CPUs/GPUs; a worker that died "
-                "inside a call, e.g. vLLM's during a weight sync, leaves verl waiting: see the actors' logs)")
-
-    def fire(*_: Any) -> None:
-        raise TimeoutError(message())
-
-    def backstop() -> None:
-        print(f"{message()} [the main thread is blocked: exiting with {WATCHDOG_EXIT}]", file=sys.stderr, flush=True)
-        os._exit(WATCHDOG_EXIT)
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    timer = threading.Timer(seconds + WATCHDOG_GRACE_S, backstop)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def prepare_here(cfg: ExperimentConfig) -> ExperimentConfig:
     """The config the job's own actors run with: `search` on the staged corpus (never silently web search), the
     reward barrier's deadline sized to the longest allowed episode."""
@@ -206,7 +159,7 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     print(checkpoint_line(cfg))
     resumed = resume_plan(cfg)  # verl resumes from the newest checkpoint: say which tasks its first step plays
     if resumed:
-        print(f"resuming: step {resumed[0]} plays the staged order's rows for tasks {resumed[1]}")
+        print(f"resuming at step {resumed[0]} from staged row {resumed[1]}: tasks {resumed[2]}")
     env = platform_env(cfg)
     os.environ.update(env)  # this process too: the driver imports verl (and the CPU plugin) below
     import ray
@@ -228,6 +181,7 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
                      object_store_memory=cfg.cluster.object_store_memory_mb * 1024**2, runtime_env=runtime_env)
         else:
             ray.init(runtime_env=runtime_env)
+    wait_for_nodes(cfg)  # `ray up` returns before its GPU workers are set up: wait for them, saying what is missing
     # held until run_ppo returns: Ray collects a named actor whose last handle is gone
     actors = start_job_actors(cfg)
     if cfg.verl.warm_start:
@@ -304,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             return _dry_run(cfg, overrides, verl_cfg)
         if "--here" not in flags:
             return _submit(cfg, overrides)
+        # the policy downloaded once into the shared storage, before the learner or verl's ranks wait for it
+        cfg, overrides = fetch_policy(cfg, overrides)
+        verl_cfg = compose(verl_overrides(cfg, overrides))
         stage(cfg, overrides)
         run_here(cfg, verl_cfg)
     except ConfigError as e:

@@ -110,7 +110,10 @@ def checkpoint_plan(cfg: ExperimentConfig) -> CheckpointPlan:
 
 
 def check_cadence(cfg: ExperimentConfig) -> None:
-    """Refuses a checkpoint cadence whose saves would take more than verl.save_share of the wall clock."""
+    """Refuses a checkpoint cadence whose saves would take more than verl.save_share of the wall clock (checked
+    when verl.step_time_s states a step's seconds)."""
+    if cfg.verl.step_time_s <= 0 or not cfg.checkpoint.every_steps:
+        return
     p = checkpoint_plan(cfg)
     if p.every and p.min_every and p.every < p.min_every:
         raise ConfigError(f"checkpoint.every_steps={p.every}: a save writes {p.bytes / 1e9:,.1f} GB, "
@@ -121,7 +124,10 @@ def check_cadence(cfg: ExperimentConfig) -> None:
 
 
 def checkpoint_line(cfg: ExperimentConfig) -> str:
-    p, v = checkpoint_plan(cfg), cfg.verl
+    try:
+        p, v = checkpoint_plan(cfg), cfg.verl
+    except ConfigError as e:  # a printed plan, not a reason to stop a run: say what is unknown and why
+        return f"checkpoints: size unknown ({e})"
     who = (f"one replica group of {p.ranks // p.replicas} ranks writes; verl alone wrote all {p.replicas}: "
            f"{p.bytes_every_rank / 1e9:,.1f} GB" if p.replicas > 1 else f"{p.ranks} rank(s), one shard each")
     if not p.every:
@@ -134,10 +140,11 @@ def checkpoint_line(cfg: ExperimentConfig) -> str:
             f"verl.storage_write_gbs={v.storage_write_gbs:g}; {when}; {p.keep} kept: {p.bytes * p.keep / 1e9:,.1f} GB")
 
 
-def resume_plan(cfg: ExperimentConfig) -> tuple[int, list[str]] | None:
-    """(the step a resumed run plays first, its tasks' ids from the staged parquet), or None when there is no
-    checkpoint to resume. verl restores its dataloader from the newest checkpoint's data.pt: it continues at the
-    row after the last one it handed out, which must start the next step of the staged run order."""
+def resume_plan(cfg: ExperimentConfig) -> tuple[int, int, list[str]] | None:
+    """(the step a resumed run plays first, the staged row it starts at, the task ids of its rows), or None when there
+    is no checkpoint to resume. verl restores its dataloader from the newest checkpoint's data.pt and continues at the
+    row after the last one it handed out; in sync mode that must start the next step of the staged run order (the
+    async modes also hand out prompts ahead, restored with the TransferQueue's own checkpoint)."""
     import pyarrow.parquet as pq
     import torch
 
@@ -147,13 +154,14 @@ def resume_plan(cfg: ExperimentConfig) -> tuple[int, list[str]] | None:
         return None
     done = int(tracker.read_text().strip())
     state = torch.load(ckpts / f"global_step_{done}" / "data.pt", weights_only=False)
-    # torchdata's StatefulDataLoader: the sampler iterator's count of rows handed out
-    row = int(state["_snapshot"]["_main_snapshot"]["_sampler_iter_state"]["samples_yielded"])
+    # torchdata's StatefulDataLoader: with workers its sampler state sits in the main snapshot
+    main = state["_snapshot"]["_main_snapshot"] if "_snapshot" in state else state
+    row = int(main["_sampler_iter_state"]["samples_yielded"])
     n = rows_per_step(cfg)
-    if row != done * n:
+    if cfg.verl.trainer_mode == "sync" and row != done * n:
         raise ConfigError(f"resume: global_step_{done}'s dataloader handed out {row} rows, not {done} steps x {n} "
                           "(algo.prompts_per_step x the paired vectors): the checkpoint was written with another "
                           "algo.prompts_per_step / data.preference_pairs or verl.trainer_mode, so the resumed step "
                           "would start mid-step in this run's order; use a new verl.output_dir")
     rows = pq.read_table(Path(stage_dir(cfg)) / "train.parquet", columns=["extra_info"]).to_pylist()[row:row + n]
-    return done + 1, [json.loads(r["extra_info"]["task"])["id"] for r in rows]
+    return done + 1, row, [json.loads(r["extra_info"]["task"])["id"] for r in rows]

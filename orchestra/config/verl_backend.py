@@ -50,5 +50,5 @@ class VerlConfig:
     step_time_s: float = 0.0
     save_share: float = 0.05
     # a submitted job waits this long (s) for the GPUs and custom resources it needs to join the cluster (`ray up`
-    # returns before its GPU workers are set up), printing what is missing; then stops naming it. 0: no wait
+    # returns before its GPU workers are set up), printing what is missing; then stops naming it. 0: fail at once
     join_timeout_s: float = 3600.0

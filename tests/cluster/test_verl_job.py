@@ -14,7 +14,7 @@ import yaml
 
 pytest.importorskip("hydra")
 
-from cluster import verl_job  # noqa: E402
+from cluster import verl_job, verl_wait  # noqa: E402
 from cluster.verl_config import (  # noqa: E402
     MODES,
     agent_loop_entries,
@@ -355,9 +355,9 @@ def test_watchdog_turns_a_silent_wait_into_an_error():
     import time
 
     with pytest.raises(TimeoutError, match=r"verl.watchdog_s=0.2s; free resources"):
-        with verl_job.watchdog(0.2, "verl job test"):
+        with verl_wait.watchdog(0.2, "verl job test"):
             time.sleep(5)
-    with verl_job.watchdog(0, "no limit"):  # 0: off
+    with verl_wait.watchdog(0, "no limit"):  # 0: off
         pass
 
 
@@ -370,12 +370,12 @@ def test_watchdog_ends_a_run_whose_main_thread_no_signal_reaches():
 
     code = """
 import signal, time
-from cluster import verl_job
-verl_job.WATCHDOG_GRACE_S = 0.5
-with verl_job.watchdog(1.0, "verl job blocked"):
+from cluster import verl_wait
+verl_wait.WATCHDOG_GRACE_S = 0.5
+with verl_wait.watchdog(1.0, "verl job blocked"):
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # as a C call that never returns to Python
     time.sleep(60)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=verl_job.ROOT)
-    assert r.returncode == verl_job.WATCHDOG_EXIT, r.stderr[-2000:]
+    assert r.returncode == verl_wait.WATCHDOG_EXIT, r.stderr[-2000:]
     assert "verl job blocked did not finish within verl.watchdog_s=1s" in r.stderr

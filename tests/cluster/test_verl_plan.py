@@ -11,7 +11,14 @@ import pytest
 pytest.importorskip("hydra")
 
 from cluster.verl_config import compose, rows_per_step, verl_overrides  # noqa: E402
-from cluster.verl_plan import check_cadence, checkpoint_plan, model_params, resume_plan, updates_line  # noqa: E402
+from cluster.verl_plan import (  # noqa: E402
+    check_cadence,
+    checkpoint_line,
+    checkpoint_plan,
+    model_params,
+    resume_plan,
+    updates_line,
+)
 from orchestra.config import ConfigError, load_config  # noqa: E402
 
 H100 = ["experiment=h100_2x8"]
@@ -56,6 +63,12 @@ def test_qwen3_8b_parameter_count_is_its_shape():
     assert model_params(cfg) == sum(p.numel() for p in tiny_model(cfg.model.tiny, tokenizer).parameters())
     with pytest.raises(ConfigError, match="model.params"):
         model_params(load_config(H100 + ["model.params=0"]))
+    # unknown, the printed plan says so and a run without a cadence check goes on; with one, it names the key
+    assert "checkpoints: size unknown (model.params:" in checkpoint_line(load_config(H100 + ["model.params=0",
+                                                                                              "verl.step_time_s=0"]))
+    check_cadence(load_config(H100 + ["model.params=0", "verl.step_time_s=0"]))
+    with pytest.raises(ConfigError, match="model.params"):
+        check_cadence(load_config(H100 + ["model.params=0"]))
 
 
 def test_checkpoints_are_sized_to_a_resume_and_the_cadence_to_the_write_speed(capsys):
@@ -80,7 +93,8 @@ def test_checkpoints_are_sized_to_a_resume_and_the_cadence_to_the_write_speed(ca
 
 
 @pytest.mark.timeout(240)
-def test_a_resumed_run_first_plays_the_next_step_of_the_run_order(tmp_path):
+@pytest.mark.parametrize("workers", [None, 0])  # verl's default (8 worker processes); verl_cpu_tiny's 0
+def test_a_resumed_run_first_plays_the_next_step_of_the_run_order(tmp_path, workers):
     """verl restores its dataloader from the newest checkpoint's data.pt and reads the staged parquet unshuffled:
     its resumed step must play the tasks run_order gives that step (the local trainer's step). Here verl's own
     trainer code builds the dataloader twice (as a run and its rerun do), plays 3 steps, saves and restores it."""
@@ -94,10 +108,11 @@ def test_a_resumed_run_first_plays_the_next_step_of_the_run_order(tmp_path):
     from orchestra.policy.models import load_tokenizer
 
     over = H100 + [f"verl.output_dir={tmp_path}", "data.n_train=5", "data.n_heldout=1", "algo.prompts_per_step=2",
-                   "algo.steps=6"]
+                   "algo.steps=6"] + ([] if workers is None else [f"verl.overrides=[data.dataloader_num_workers={workers}]"])
     cfg = load_config(over)
     stage(cfg, over)
     c = compose(verl_overrides(cfg, over))
+    assert c.data.dataloader_num_workers == (8 if workers is None else workers)
     tokenizer = load_tokenizer("tiny")  # Qwen3-8B's is not here; the dataset only renders prompts with it
 
     def dataloader():  # as PPOTrainer.__init__ builds it, through its own _init_dataloader
@@ -127,7 +142,7 @@ def test_a_resumed_run_first_plays_the_next_step_of_the_run_order(tmp_path):
     rerun.train_dataloader.load_state_dict(torch.load(ckpt / "data.pt", weights_only=False))  # verl's resume
     resumed = played(rerun)
     assert resumed == order[3 * n:4 * n]  # step 4 of the run order
-    assert resume_plan(cfg) == (4, resumed)  # what the job prints before verl starts
+    assert resume_plan(cfg) == (4, 3 * n, resumed)  # what the job prints before verl starts
     # a rerun with another step size would start mid-step of its own order: refused, naming the keys
     with pytest.raises(ConfigError, match="algo.prompts_per_step"):
         resume_plan(load_config(over + ["algo.prompts_per_step=1"]))
