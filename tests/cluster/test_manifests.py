@@ -438,3 +438,36 @@ def test_the_claimless_tools_pod_runs_only_the_tool_servers():
     assert set(cfg.cluster.tool_resources) <= set(start_resources(tools["rayStartParams"]))
     assert cfg.zoo.server.num_cpus == 0  # or no tool server could be placed there
     assert "+transfer_queue.backend.SimpleStorage.required_node_resource=CPU" in verl_overrides(cfg, [])
+
+
+def with_efa(name: str) -> dict:
+    """The manifest with its EFA opt-in enabled, as docs/cluster.md says: `sed -i 's/#efa //' <file>`."""
+    text = (CLUSTER / name).read_text()
+    return yaml.safe_load(text.replace("#efa ", ""))
+
+
+def test_efa_is_an_opt_in_of_both_manifests():
+    """On f4067d9 no EFA device reached the containers, and nothing said how to pass one: HSDP's cross-node gradient
+    all-reduce (~4 GB fp32 per rank per micro-batch) ran over TCP sockets. Off by default (the instance, its launch
+    template and the image must carry EFA); enabled, each manifest passes the devices where the GPUs are."""
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    assert "infiniband" not in str(load("ray-cluster.yaml"))  # off unless enabled
+    assert "vpc.amazonaws.com/efa" not in str(load("kuberay/rayjob.yaml")) and "FI_PROVIDER" not in str(
+        yaml.safe_load(load("kuberay/rayjob.yaml")["spec"]["runtimeEnvYAML"]))
+    c = with_efa("ray-cluster.yaml")
+    validate_config(prepare_config(c))  # still a cluster config `ray up` accepts
+    opts = c["docker"]["worker_run_options"]  # the GPU workers only: the CPU head has no EFA device
+    assert {"--device=/dev/infiniband", "--cap-add=IPC_LOCK", "--ulimit memlock=-1:-1"} <= set(opts)
+    assert "head_run_options" not in c["docker"] and not [o for o in c["docker"]["run_options"] if "infiniband" in o]
+    assert c["available_node_types"]["h100"]["node_config"]["LaunchTemplate"]["LaunchTemplateName"]
+    assert "LaunchTemplate" not in c["available_node_types"]["head"]["node_config"]
+    assert [s for s in c["worker_setup_commands"] if "/opt/amazon/ofi-nccl/lib" in s and "ldconfig" in s]
+    j = with_efa("kuberay/rayjob.yaml")
+    (gpu,) = [g for g in j["spec"]["rayClusterSpec"]["workerGroupSpecs"] if g["groupName"] == "h100"]
+    res = gpu["template"]["spec"]["containers"][0]["resources"]
+    assert res["requests"]["vpc.amazonaws.com/efa"] == res["limits"]["vpc.amazonaws.com/efa"] == "32"
+    assert yaml.safe_load(j["spec"]["runtimeEnvYAML"])["env_vars"]["FI_PROVIDER"] == "efa"
+    others = [g for g in groups(j) if g is not gpu]
+    assert not [g for g in others if "efa" in str(g["template"]["spec"]["containers"][0].get("resources", {}))]
+    assert "## EFA" in (CLUSTER.parent / "docs" / "cluster.md").read_text()
