@@ -227,7 +227,7 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         f"{ar}.ref.log_prob_micro_batch_size_per_gpu={al.micro_batch_size}",
         # FSDP shards within a node and replicates across nodes (HSDP): a layer's all-gather never leaves the node
         f"{ar}.actor.fsdp_config.fsdp_size={gpus['gpus']}", f"{ar}.ref.fsdp_config.fsdp_size={gpus['gpus']}",
-        # verl reads it nowhere on this path; actors/verl_plugins/process_group.py applies verl.nccl_timeout_s
+        # only verl's critic reads it; actors/verl_plugins/process_group.py gives every group verl.nccl_timeout_s
         f"{ar}.nccl_timeout={int(v.nccl_timeout_s)}",
         # rollout: vLLM replicas (cpuhf on CPU), G sessions per prompt, our agent loop
         f"{ar}.hybrid_engine={gpus['r_nnodes'] == 0}",
