@@ -69,11 +69,24 @@ def prompter_kwargs(cfg: ExperimentConfig) -> dict[str, Any]:
     return cfg.agent.prompter_kwargs()
 
 
-def start_tool_servers(cfg: ExperimentConfig) -> dict[str, Any]:
-    """One tool-server actor per tool of the zoo (+ a spend ledger when zoo.spend_cap_usd is set)."""
+# The zoo tools that search a corpus (tools/registry.py: `search` through its backend, `retrieve` directly).
+CORPUS_TOOLS = ("search", "retrieve")
+
+
+def start_tool_servers(cfg: ExperimentConfig, corpus: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One tool-server actor per tool of the zoo (+ a spend ledger when zoo.spend_cap_usd is set). `corpus`: the
+    passages the corpus tools index, sent in their constructors (the others get none), so a server never reads
+    zoo.retriever.corpus on its own node: the KubeRay `tools` pod has no shared claim (cluster/kuberay/rayjob.yaml)."""
     from actors.tool_server import make_tool_servers
 
-    handles, _ledger = make_tool_servers(zoo_dict(cfg.zoo), resources=cfg.cluster.tool_resources)
+    zoo, pinned = zoo_dict(cfg.zoo), cfg.cluster.tool_resources
+    handles, ledger = {}, None
+    readers = [n for n in cfg.zoo.tools if n in CORPUS_TOOLS] if corpus is not None else []
+    if readers:
+        handles, ledger = make_tool_servers(zoo, readers, build_kwargs={"corpus": corpus}, resources=pinned)
+    rest, _ledger = make_tool_servers(zoo, [n for n in cfg.zoo.tools if n not in readers], ledger=ledger,
+                                      resources=pinned)
+    handles.update(rest)
     where = f" (cluster.tool_resources={cfg.cluster.tool_resources}: a node must offer them)" \
         if cfg.cluster.tool_resources else ""
     wait_ready(cfg, [h.ready.remote() for h in handles.values()], "tool servers" + where)

@@ -177,21 +177,6 @@ def mini_batch_prompts(cfg: ExperimentConfig) -> int:
     return rows
 
 
-def updates_line(cfg: ExperimentConfig) -> str:
-    """What one RL step does to the optimizer, printed by the dry run and at the job's start."""
-    al, a = cfg.algo, cfg.agent
-    mini, step = mini_batch_prompts(cfg), rows_per_step(cfg)
-    tasks = f"{step} prompts" + (f" = {al.prompts_per_step} tasks x their {step // al.prompts_per_step} paired "
-                                 f"vectors" if step != al.prompts_per_step else "")
-    if a.context_mode == "reprompt" and mini == step:
-        return (f"verl updates: about T optimizer steps per RL step, T = the step's mean turns per episode "
-                f"(separate_async: actor.ppo_mini_batch_size = {tasks}); the later ones off-policy")
-    rows = mini * al.group_size
-    return (f"verl updates: {al.ppo_epochs} optimizer step(s) per RL step (actor.ppo_mini_batch_size = {mini} prompts"
-            + (f" = {tasks} x agent.max_turns {a.max_turns}: every turn of the step in one mini-batch "
-               f"of {rows} rows, padded with empty rows" if mini != step else f" = {tasks}") + ")")
-
-
 def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> list[str]:
     """Hydra overrides for verl's ppo_trainer.yaml, one `key=value` each (new keys carry a leading +)."""
     a, al, s, v = cfg.agent, cfg.algo, cfg.sampling, cfg.verl
@@ -242,7 +227,7 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         f"{ar}.ref.log_prob_micro_batch_size_per_gpu={al.micro_batch_size}",
         # FSDP shards within a node and replicates across nodes (HSDP): a layer's all-gather never leaves the node
         f"{ar}.actor.fsdp_config.fsdp_size={gpus['gpus']}", f"{ar}.ref.fsdp_config.fsdp_size={gpus['gpus']}",
-        # verl reads it nowhere on this path; actors/verl_plugins/process_group.py applies verl.nccl_timeout_s
+        # only verl's critic reads it; actors/verl_plugins/process_group.py gives every group verl.nccl_timeout_s
         f"{ar}.nccl_timeout={int(v.nccl_timeout_s)}",
         # rollout: vLLM replicas (cpuhf on CPU), G sessions per prompt, our agent loop
         f"{ar}.hybrid_engine={gpus['r_nnodes'] == 0}",
@@ -269,8 +254,10 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
         "algorithm.adv_estimator=grpo",
         f"algorithm.norm_adv_by_std_in_grpo={not group_reward and cfg.reward.norm_adv_by_std}",
         "algorithm.use_kl_in_reward=False",
-        # TransferQueue on small nodes
+        # TransferQueue on small nodes; its storage units pinned (hard) only to nodes that offer CPUs: the KubeRay
+        # `tools` pod offers none (transfer_queue/utils/common.py spreads them over every alive node otherwise)
         f"transfer_queue.backend.SimpleStorage.num_data_storage_units={v.storage_units}",
+        "+transfer_queue.backend.SimpleStorage.required_node_resource=CPU",
         # trainer: V1; checkpoints (and verl's auto-resume) under the shared output dir
         "trainer.use_v1=True", f"trainer.v1.trainer_mode={v.trainer_mode}",
         f"trainer.nnodes={gpus['nnodes']}", f"trainer.n_gpus_per_node={gpus['gpus']}",

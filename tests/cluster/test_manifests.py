@@ -58,17 +58,29 @@ def runtime_envs(manifest: dict) -> list[dict]:
 
 def mount_claims(pod: dict) -> dict[str, str]:
     """mountPath -> the PersistentVolumeClaim behind it, for every container of the pod."""
-    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod.get("volumes", [])
               if "persistentVolumeClaim" in v}
     return {m["mountPath"]: claims[m["name"]] for c in pod["containers"] for m in c.get("volumeMounts", [])
             if m["name"] in claims}
 
 
+def groups(manifest: dict) -> list[dict]:
+    """The head group and every worker group (each with rayStartParams and a pod template)."""
+    rc = ray_cluster(manifest)
+    return [rc["headGroupSpec"], *rc["workerGroupSpecs"]]
+
+
+def offers_cpus(group: dict) -> bool:
+    """Whether Ray may place CPU work on the group's pods (`num-cpus: "0"` keeps everything that asks for CPUs off)."""
+    return str(group.get("rayStartParams", {}).get("num-cpus", "")) != "0"
+
+
 def assert_on_shared_storage(manifest: dict, path: str) -> None:
-    """`path` is absolute and lies under one mount that every pod has, backed by the same claim."""
+    """`path` is absolute and lies under one mount that every pod has where Ray places CPU work (verl's workers, the
+    driver), backed by the same claim."""
     assert os.path.isabs(path) and ".." not in Path(path).parts, path
-    per_pod = [{mp: claim for mp, claim in mount_claims(pod).items() if Path(path).is_relative_to(mp)}
-               for pod in pod_specs(manifest)]
+    per_pod = [{mp: claim for mp, claim in mount_claims(g["template"]["spec"]).items() if Path(path).is_relative_to(mp)}
+               for g in groups(manifest) if offers_cpus(g)]
     assert all(per_pod), f"{path} is not on a claim mounted in every pod: {per_pod}"
     assert len({tuple(sorted(p.items())) for p in per_pod}) == 1, per_pod
 
@@ -343,3 +355,119 @@ def test_runtime_env_file():
     assert {".git/", ".venv/"} <= set(env["excludes"])
     assert not [k for k in env["env_vars"] if k.endswith(("_KEY", "_TOKEN"))]  # secrets never live in the file
     assert "OPENAI_API_KEY" in env["secret_env_vars"] and "OPENAI_API_KEY" not in env["env_vars"]
+
+
+# AWS's public SSM parameters for the Deep Learning Base OSS Nvidia Driver GPU AMIs (x86_64: the p5 nodes)
+DLAMI_PARAMETER = re.compile(r"^resolve:ssm:/aws/service/deeplearning/ami/x86_64/"
+                             r"base-oss-nvidia-driver-gpu-ubuntu-(22|24)\.04/latest/ami-id$")
+AMI_ID = re.compile(r"^ami-[0-9a-f]{8,17}$")
+
+
+def provider_files() -> list[str]:
+    """Every `ray up` cluster config in cluster/ (a YAML with a provider and node types)."""
+    found = []
+    for path in sorted(CLUSTER.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        if isinstance(data, dict) and "provider" in data and "available_node_types" in data:
+            found.append(path.name)
+    return found
+
+
+def rays_default_amis() -> tuple[dict[str, str], list[str]]:
+    """Ray's AWS default AMIs and the ImageId values `ray up` replaces by them (ray/autoscaler/_private/aws/config.py:
+    DEFAULT_AMI, `_check_ami`), read from the installed source: importing it needs boto3, which only the cluster's
+    head venv has."""
+    import ast
+    import importlib.util
+
+    source = Path(importlib.util.find_spec("ray.autoscaler").submodule_search_locations[0]) / "_private/aws/config.py"
+    tree = ast.parse(source.read_text())
+    (table,) = [ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", "") == "DEFAULT_AMI" for t in n.targets)]
+    (check,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_check_ami"]
+    replaced = [ast.literal_eval(c.comparators[0]) for c in ast.walk(check) if isinstance(c, ast.Compare)
+                and isinstance(c.ops[0], ast.In) and isinstance(c.comparators[0], ast.List)]
+    assert replaced == [["", "latest_dlami"]] and len(table) > 10, (replaced, len(table))
+    return table, replaced[0]
+
+
+def test_every_node_boots_a_named_gpu_image_not_rays_default():
+    """On f4067d9 neither node type set an ImageId: Ray's AWS provider then boots its own default, the 2023 "Deep
+    Learning AMI (Ubuntu 18.04) V71.0" with CUDA 11.2, whose driver cannot start the CUDA 13 container: the H100
+    workers never joined. `ray up` applies `_check_ami` to every node type: it must find an image it keeps."""
+    DEFAULT_AMI, replaced = rays_default_amis()
+    files = provider_files()
+    assert "ray-cluster.yaml" in files
+    for name in files:
+        c = load(name)
+        assert c["provider"]["type"] == "aws", f"{name}: add the image check for provider {c['provider']['type']!r}"
+        for kind, node in c["available_node_types"].items():
+            image = node["node_config"].get("ImageId", "")
+            assert image, f"{name}: node type {kind!r} has no ImageId (Ray would boot its CUDA 11.2 default)"
+            assert image.lower() not in replaced and image not in DEFAULT_AMI.values(), (name, kind, image)
+            # a current NVIDIA-driver image, by AWS's public parameter, or a pinned id (docs/cluster.md)
+            assert DLAMI_PARAMETER.match(image) or AMI_ID.match(image), (name, kind, image)
+        # the GPU workers and the head boot the same image: one place to change it
+        assert len({n["node_config"]["ImageId"] for n in c["available_node_types"].values()}) == 1, name
+    assert "The nodes' image" in (CLUSTER.parent / "docs" / "cluster.md").read_text()
+
+
+@pytest.mark.parametrize("name", KUBERAY)
+def test_no_user_namespaced_pod_mounts_a_claim(name):
+    """A `hostUsers: false` pod mounts its volumes idmapped, which NFS, EFS and Filestore (the RWX classes the
+    RayJob's header recommends) do not support: on f4067d9 the `tools` pod mounted the claim and never started, and
+    the RayJob waited for it until its 72-hour deadline."""
+    for pod in pod_specs(load(name)):
+        if pod.get("hostUsers") is False:
+            assert not [v for v in pod.get("volumes", []) if "persistentVolumeClaim" in v or "ephemeral" in v], pod
+            assert not mount_claims(pod)
+
+
+def test_the_claimless_tools_pod_runs_only_the_tool_servers():
+    """Nothing that reads the staged files may land on the claimless `tools` pod. verl 0.9.1 spreads its agent-loop
+    and reward-loop workers round-robin over every node offering CPUs (experimental/agent_loop/agent_loop.py,
+    reward_loop.py: `Resources.CPU > 0`) and TransferQueue its storage units over every alive node (hard affinity,
+    transfer_queue/utils/common.py) unless a resource is required: the pod offers no CPUs, h100_2x8's tool servers ask
+    for none, and the job requires CPUs of the storage units' nodes."""
+    from cluster.verl_config import verl_overrides
+
+    j = load("kuberay/rayjob.yaml")
+    (tools,) = [g for g in groups(j) if g["template"]["spec"].get("hostUsers") is False]
+    assert not offers_cpus(tools) and [g for g in groups(j) if offers_cpus(g)]
+    cfg = load_config(["experiment=h100_2x8"])
+    assert set(cfg.cluster.tool_resources) <= set(start_resources(tools["rayStartParams"]))
+    assert cfg.zoo.server.num_cpus == 0  # or no tool server could be placed there
+    assert "+transfer_queue.backend.SimpleStorage.required_node_resource=CPU" in verl_overrides(cfg, [])
+
+
+def with_efa(name: str) -> dict:
+    """The manifest with its EFA opt-in enabled, as docs/cluster.md says: `sed -i 's/#efa //' <file>`."""
+    text = (CLUSTER / name).read_text()
+    return yaml.safe_load(text.replace("#efa ", ""))
+
+
+def test_efa_is_an_opt_in_of_both_manifests():
+    """On f4067d9 no EFA device reached the containers, and nothing said how to pass one: HSDP's cross-node gradient
+    all-reduce (~4 GB fp32 per rank per micro-batch) ran over TCP sockets. Off by default (the instance, its launch
+    template and the image must carry EFA); enabled, each manifest passes the devices where the GPUs are."""
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    assert "infiniband" not in str(load("ray-cluster.yaml"))  # off unless enabled
+    assert "vpc.amazonaws.com/efa" not in str(load("kuberay/rayjob.yaml")) and "FI_PROVIDER" not in str(
+        yaml.safe_load(load("kuberay/rayjob.yaml")["spec"]["runtimeEnvYAML"]))
+    c = with_efa("ray-cluster.yaml")
+    validate_config(prepare_config(c))  # still a cluster config `ray up` accepts
+    opts = c["docker"]["worker_run_options"]  # the GPU workers only: the CPU head has no EFA device
+    assert {"--device=/dev/infiniband", "--cap-add=IPC_LOCK", "--ulimit memlock=-1:-1"} <= set(opts)
+    assert "head_run_options" not in c["docker"] and not [o for o in c["docker"]["run_options"] if "infiniband" in o]
+    assert c["available_node_types"]["h100"]["node_config"]["LaunchTemplate"]["LaunchTemplateName"]
+    assert "LaunchTemplate" not in c["available_node_types"]["head"]["node_config"]
+    assert [s for s in c["worker_setup_commands"] if "/opt/amazon/ofi-nccl/lib" in s and "ldconfig" in s]
+    j = with_efa("kuberay/rayjob.yaml")
+    (gpu,) = [g for g in j["spec"]["rayClusterSpec"]["workerGroupSpecs"] if g["groupName"] == "h100"]
+    res = gpu["template"]["spec"]["containers"][0]["resources"]
+    assert res["requests"]["vpc.amazonaws.com/efa"] == res["limits"]["vpc.amazonaws.com/efa"] == "32"
+    assert yaml.safe_load(j["spec"]["runtimeEnvYAML"])["env_vars"]["FI_PROVIDER"] == "efa"
+    others = [g for g in groups(j) if g is not gpu]
+    assert not [g for g in others if "efa" in str(g["template"]["spec"]["containers"][0].get("resources", {}))]
+    assert "## EFA" in (CLUSTER.parent / "docs" / "cluster.md").read_text()

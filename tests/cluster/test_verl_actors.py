@@ -36,7 +36,7 @@ def test_the_jobs_reward_actor_is_waited_for(ray_cluster, monkeypatch):
     from actors.reward_actor import RewardActor
     from cluster import launch, verl_job
 
-    monkeypatch.setattr(launch, "start_tool_servers", lambda cfg: {})
+    monkeypatch.setattr(launch, "start_tool_servers", lambda cfg, corpus=None: {})
     # a reward actor that cannot be placed here, as one on a cluster whose CPUs are all taken
     monkeypatch.setattr(launch, "start_reward_actor",
                         lambda cfg: ray.remote(RewardActor).options(num_gpus=1, max_concurrency=10).remote())
@@ -71,7 +71,7 @@ def test_the_sandbox_preflight_runs_in_the_code_tools_server(ray_cluster, monkey
     assert launch.sandbox_preflight(cfg) is None  # the driver's host passes
     broken = ray.remote(ToolServer).options(runtime_env={"env_vars": {"PATH": str(bare)}})
     python = broken.remote(zoo_dict(cfg.zoo), "python")
-    monkeypatch.setattr(launch, "start_tool_servers", lambda cfg: {"python": python})
+    monkeypatch.setattr(launch, "start_tool_servers", lambda cfg, corpus=None: {"python": python})
     with pytest.raises(ConfigError, match=r"the code sandbox of tool server 'python' on \S+ would refuse"):
         verl_job.start_job_actors(cfg)
 

@@ -7,14 +7,16 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("hydra")
 
-from cluster.verl_config import compose, context_lengths, rows_per_step, updates_line, verl_overrides  # noqa: E402
+from cluster.verl_config import compose, context_lengths, rows_per_step, verl_overrides  # noqa: E402
 from cluster.verl_job import platform_env  # noqa: E402
+from cluster.verl_plan import updates_line  # noqa: E402
 from orchestra.config import ConfigError, load_config  # noqa: E402
 
 H100 = ["experiment=h100_2x8"]
@@ -67,7 +69,7 @@ def test_a_paired_step_plays_every_task_under_every_vector_as_the_local_trainer_
     assert c.data.train_batch_size == 8 * vectors and rows_per_step(cfg) == 8 * vectors
     assert c.actor_rollout_ref.actor.ppo_mini_batch_size == 8 * vectors * cfg.agent.max_turns
     assert adam_steps(c, 8 * vectors * cfg.algo.group_size * cfg.agent.max_turns, dp=2) == 1
-    assert (f"= 8 tasks x their {vectors} paired vectors" in updates_line(cfg)) == (vectors > 1)
+    assert (f"(8 tasks x {vectors} paired vectors)" in updates_line(cfg)) == (vectors > 1)
 
 
 def test_transcript_lengths_stay_within_the_models_positions():
@@ -108,31 +110,61 @@ def test_fsdp_shards_within_a_node():
     assert c.actor_rollout_ref.actor.fsdp_config.fsdp_size == 8  # one node: plain FSDP (fsdp_size >= world)
 
 
-def test_process_group_timeout_reaches_verls_workers():
-    """verl's workers create their process group with timeout None (engine_workers.py:89) and read
-    actor_rollout_ref.nccl_timeout nowhere: on 64e2e69 torch's 10-minute default applied whatever was set. Here
-    verl's own initialize_global_process_group_ray runs in a fresh interpreter with the job's env."""
-    cfg, c = composed(H100)
-    assert c.actor_rollout_ref.nccl_timeout == int(cfg.verl.nccl_timeout_s) == 1800
+PG_WORLD = """
+import datetime, json, os, sys, torch, torch.multiprocessing as mp
+import verl  # imports VERL_USE_EXTERNAL_MODULES, as every verl process does
+
+def rank_main(rank, port, q):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="4")
+    import torch.distributed as dist
+    from verl.utils.distributed import initialize_global_process_group_ray
+    from verl.workers.engine.fsdp.utils import create_device_mesh
+    initialize_global_process_group_ray(timeout_second=None, backend="gloo")  # as verl's workers call it
+    mesh = create_device_mesh(world_size=4, fsdp_size=2)  # HSDP: (ddp 2, fsdp 2), verl's own layout
+    groups = {"world": dist.group.WORLD, "ddp": mesh.get_group("ddp"), "fsdp": mesh.get_group("fsdp"),
+              "explicit": dist.new_group([0, 1, 2, 3], timeout=datetime.timedelta(seconds=60))}
+    q.put({k: g._get_backend(torch.device("cpu")).options._timeout.total_seconds() for k, g in groups.items()})
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=rank_main, args=(r, int(sys.argv[1]), q)) for r in range(4)]
+    for p in procs:
+        p.start()
+    seen = [q.get(timeout=180) for _ in procs]
+    for p in procs:
+        p.join(60)
+    print(json.dumps(seen))
+"""
+
+
+def test_process_group_timeout_reaches_every_group_fsdp_uses(tmp_path):
+    """verl's workers create their world group with timeout None (engine_workers.py:89), and the HSDP sub-groups
+    FSDP's collectives run on come from a DeviceMesh that passes timeout None too; torch gives each its default (30
+    min for verl's "cpu:gloo,cuda:nccl"). On f4067d9 the plugin wrapped init_process_group only: the world group
+    took verl.nccl_timeout_s, the ddp/fsdp groups stayed at torch's default. Four gloo ranks in a fresh interpreter
+    with the job's env run verl's own group and mesh code."""
+    import json
+    import os
+    import socket
+
+    cfg, c = composed(H100 + ["verl.nccl_timeout_s=4321"])
+    assert c.actor_rollout_ref.nccl_timeout == 4321  # verl's key carries it too, though only its critic reads it
     env = platform_env(cfg)
     assert "actors.verl_plugins.process_group" in env["VERL_USE_EXTERNAL_MODULES"].split(",")
-    code = """
-import os, datetime, torch.distributed as dist
-seen = {}
-dist.init_process_group = lambda *a, timeout=None, **k: seen.update(timeout=timeout)
-import verl  # imports VERL_USE_EXTERNAL_MODULES, as every verl process does
-from verl.utils.distributed import initialize_global_process_group_ray
-initialize_global_process_group_ray(timeout_second=None, backend="gloo")
-assert seen["timeout"] == datetime.timedelta(seconds=1800), seen
-initialize_global_process_group_ray(timeout_second=60, backend="gloo")
-assert seen["timeout"] == datetime.timedelta(seconds=60), seen  # an explicit timeout is kept
-print("ok")
-"""
-    import os
-
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
-                       env={**os.environ, **env})
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+    assert env["ORCHESTRA_PG_TIMEOUT_S"] == "4321"
+    (tmp_path / "world.py").write_text(PG_WORLD)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run([sys.executable, str(tmp_path / "world.py"), str(port)], capture_output=True, text=True,
+                       timeout=280, env={**os.environ, **env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(seen) == 4
+    for timeouts in seen:
+        assert timeouts == {"world": 4321.0, "ddp": 4321.0, "fsdp": 4321.0, "explicit": 60.0}, timeouts
 
 
 def test_the_cpu_platform_chooses_its_rollout():

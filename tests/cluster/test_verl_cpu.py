@@ -104,7 +104,7 @@ def test_a_failed_weight_sync_into_vllm_is_ended_by_the_watchdog(tmp_path):
     load weight") reaches the driver's stderr before the watchdog fires depends on the machine (it did where this
     test was written; in a CI run on 2 cores the replica was still starting at 150 s and silent at 300 s), so only
     the watchdog's ending is asserted."""
-    from cluster.verl_job import WATCHDOG_EXIT
+    from cluster.verl_wait import WATCHDOG_EXIT
 
     python = VLLM_PYTHON or str(ROOT / ".venv-verl-vllm/bin/python")
     # one FSDP rank and one replica (the hang is the same at two): the job reaches its first sync sooner

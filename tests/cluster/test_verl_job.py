@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 pytest.importorskip("hydra")
 
-from cluster import verl_job  # noqa: E402
+from cluster import verl_job, verl_wait  # noqa: E402
 from cluster.verl_config import (  # noqa: E402
     MODES,
     agent_loop_entries,
@@ -271,6 +272,40 @@ def test_the_job_searches_the_staged_corpus(tmp_path):
     assert cfg.reward.group_deadline_s == group_deadline_s(load_config(H100))
 
 
+def test_search_gets_its_corpus_in_its_constructor_not_from_the_shared_claim(monkeypatch, tmp_path):
+    """The KubeRay `tools` pod, where `search` runs, mounts no claim (a user-namespaced pod cannot mount NFS). On
+    f4067d9 the server read zoo.retriever.corpus, a path on the claim, on its own node. The driver reads the
+    passages and hands them to the corpus tools' constructors; the other servers get none."""
+    from actors import tool_server
+    from cluster import launch
+    from orchestra.data.tasks import load_corpus
+    from tools.registry import build_tools, zoo_dict
+
+    over = H100 + [f"verl.output_dir={tmp_path}", "data.n_train=4", "data.n_heldout=1"]
+    stage(load_config(over), over)
+    cfg = prepare_here(load_config(over))
+    made: dict[str, dict] = {}
+
+    def fake_make(zoo, names=None, *, ledger=None, build_kwargs=None, resources=None, **kw):
+        made.update({n: {"build_kwargs": build_kwargs, "resources": resources, "zoo": zoo} for n in names})
+        return {n: SimpleNamespace(ready=SimpleNamespace(remote=lambda: None)) for n in names}, ledger
+
+    monkeypatch.setattr(tool_server, "make_tool_servers", fake_make)
+    monkeypatch.setattr(launch, "wait_ready", lambda cfg, refs, what: [])
+    monkeypatch.setattr(launch, "sandbox_preflight_servers", lambda cfg, handles: [])
+    actors = verl_job.start_job_actors(cfg)  # scalar rubric: tool servers only
+    assert set(actors["tools"]) == set(cfg.zoo.tools) == set(made)
+    passages = load_corpus(cfg.zoo.retriever.corpus)
+    assert passages and made["search"]["build_kwargs"] == {"corpus": passages}
+    assert all(made[n]["build_kwargs"] is None for n in made if n != "search")
+    assert {str(m["resources"]) for m in made.values()} == {str(cfg.cluster.tool_resources)}
+    Path(cfg.zoo.retriever.corpus).unlink()  # as on the tools pod: the path is not there
+    tool = build_tools(made["search"]["zoo"], ["search"], **made["search"]["build_kwargs"])["search"]
+    assert tool.name == "search"
+    with pytest.raises(FileNotFoundError):  # what the server did on f4067d9 on a pod without the claim
+        build_tools(zoo_dict(cfg.zoo), ["search"])
+
+
 def test_the_job_holds_its_actors_and_starts_no_reward_actor_for_scalar(monkeypatch, tmp_path):
     """On 2bd8f65 run_here dropped the actor handles (Ray collected `tool:*` before the first episode) and the
     agent loop looked up a `reward` actor that scalar runs never start."""
@@ -320,9 +355,9 @@ def test_watchdog_turns_a_silent_wait_into_an_error():
     import time
 
     with pytest.raises(TimeoutError, match=r"verl.watchdog_s=0.2s; free resources"):
-        with verl_job.watchdog(0.2, "verl job test"):
+        with verl_wait.watchdog(0.2, "verl job test"):
             time.sleep(5)
-    with verl_job.watchdog(0, "no limit"):  # 0: off
+    with verl_wait.watchdog(0, "no limit"):  # 0: off
         pass
 
 
@@ -335,12 +370,12 @@ def test_watchdog_ends_a_run_whose_main_thread_no_signal_reaches():
 
     code = """
 import signal, time
-from cluster import verl_job
-verl_job.WATCHDOG_GRACE_S = 0.5
-with verl_job.watchdog(1.0, "verl job blocked"):
+from cluster import verl_wait
+verl_wait.WATCHDOG_GRACE_S = 0.5
+with verl_wait.watchdog(1.0, "verl job blocked"):
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # as a C call that never returns to Python
     time.sleep(60)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=verl_job.ROOT)
-    assert r.returncode == verl_job.WATCHDOG_EXIT, r.stderr[-2000:]
+    assert r.returncode == verl_wait.WATCHDOG_EXIT, r.stderr[-2000:]
     assert "verl job blocked did not finish within verl.watchdog_s=1s" in r.stderr

@@ -1,0 +1,147 @@
+"""Waiting on a verl job's cluster, bounded and said out loud: the GPUs and tool nodes it needs to join, the policy's
+one download, and the run itself.
+
+- `wait_for_nodes`: `ray up` returns once the head is up, while the GPU workers still pull the image, install torch and
+  vLLM and compile flash-attn (tens of minutes); a KubeRay pod may wait for a GPU node. The job waits for
+  `verl.nnodes` nodes of `verl.gpus_per_node` GPUs and for a node offering `cluster.tool_resources`, printing what is
+  missing, up to `verl.join_timeout_s`; then it stops naming it. Before it, an actor that needs a GPU would wait
+  under `cluster.start_timeout_s` and fail for a node that was only late.
+- `fetch_policy`: an HF model id is downloaded once, by the driver, into `<verl.output_dir>/models/<id>` (the storage
+  every node shares) before anything waits for a model: the warm start's learner loaded it in its constructor
+  (16 GB for Qwen3-8B, inside its start timeout), and without the warm start each verl rank and vLLM replica would
+  fetch it into its own node's cache. The job then runs with `model.name` = that directory.
+- `watchdog`: a run that hangs inside verl stops after `verl.watchdog_s`, naming the free resources.
+Launching is cluster/verl_job.py's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from cluster.verl_config import output_dir
+from orchestra.config import ExperimentConfig
+
+PROGRESS_EVERY_S = 60.0  # a progress line at least this often while nothing changes
+POLL_S = 5.0
+MODEL_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]  # weights, config, tokenizer, template
+
+
+def missing(cfg: ExperimentConfig, nodes: list[dict[str, Any]]) -> list[str]:
+    """What the job still lacks, one phrase each ([] when all joined): room for verl's per-node placement groups
+    (verl.nnodes groups of verl.gpus_per_node GPUs, each on one node), and a node offering each tool resource."""
+    v, alive = cfg.verl, [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    slots = sum(int(r.get("GPU", 0) // v.gpus_per_node) for r in alive)
+    out = []
+    if slots < v.nnodes:
+        out.append(f"{v.nnodes - slots} of {v.nnodes} nodes with {v.gpus_per_node} GPUs (verl.nnodes x "
+                   f"verl.gpus_per_node; {sum(r.get('GPU', 0) for r in alive):g} GPUs joined)")
+    for name, amount in cfg.cluster.tool_resources.items():
+        if not any(r.get(name, 0) >= amount for r in alive):
+            out.append(f"a node offering {name} (cluster.tool_resources: the tool servers' node)")
+    return out
+
+
+def wait_for_nodes(cfg: ExperimentConfig, nodes: Callable[[], list[dict[str, Any]]] | None = None,
+                   clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                   say: Callable[[str], None] = print) -> float:
+    """Blocks until missing() is empty; returns the seconds waited. RuntimeError after verl.join_timeout_s."""
+    if nodes is None:
+        import ray
+
+        nodes = ray.nodes
+    limit, start = cfg.verl.join_timeout_s, clock()
+    last, said_at = None, start
+    while True:
+        lacking, waited = missing(cfg, nodes()), clock() - start
+        if not lacking:
+            if last is not None:
+                say(f"cluster ready after {waited:.0f} s: every GPU node and tool node joined")
+            return waited
+        if waited >= limit:
+            raise RuntimeError(f"the cluster still lacks {'; '.join(lacking)} after verl.join_timeout_s={limit:g}s "
+                               "(ray up: `ray status` and the GPU workers' setup logs, `ray monitor`; KubeRay: the "
+                               "pods' events)")
+        if lacking != last or clock() - said_at >= PROGRESS_EVERY_S:
+            say(f"waiting for the cluster ({waited:.0f} s of verl.join_timeout_s={limit:g}): missing "
+                + "; ".join(lacking))
+            last, said_at = lacking, clock()
+        sleep(POLL_S)
+
+
+def fetch_policy(cfg: ExperimentConfig, overrides: list[str]) -> tuple[ExperimentConfig, list[str]]:
+    """The config (and the overrides the job's other processes rebuild it from) with `model.name` the policy's copy
+    on the shared storage, downloaded once (a `.complete` marker: a rerun skips it). The embedded policies and a
+    local directory are returned as they are."""
+    name = cfg.model.name
+    if name in ("tiny", "smollm2") or Path(name).expanduser().exists():
+        return cfg, overrides
+    target = Path(output_dir(cfg)) / "models" / name
+    done = target / ".complete"
+    if done.is_file():
+        print(f"policy: {name} from {target} (downloaded by an earlier run)")
+    else:
+        from huggingface_hub import snapshot_download
+
+        print(f"policy: downloading {name} once into {target}, the storage every node loads it from")
+        snapshot_download(repo_id=name, local_dir=str(target), allow_patterns=MODEL_FILES)
+        if not (target / "config.json").is_file():
+            raise RuntimeError(f"model.name={name!r}: the download into {target} holds no config.json")
+        done.write_text(name + "\n")
+    local = str(target)
+    return replace(cfg, model=replace(cfg.model, name=local)), [*overrides, f"model.name={local}"]
+
+
+WATCHDOG_EXIT = 124  # the exit status of a run the watchdog ended from its thread (as `timeout` uses)
+WATCHDOG_GRACE_S = 30.0
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float, what: str):
+    """The run stops after `seconds` with the cluster's free resources named (a placement group that can never be
+    placed waits silently in verl; a failed weight sync into vLLM leaves verl's trainer waiting in update_weights for
+    ever). 0: no limit. Main thread only. Two stages: SIGALRM raises TimeoutError in the main thread; a main thread
+    blocked inside a C call (ray.get on a task that never returns: Python runs no signal handler there) is ended
+    WATCHDOG_GRACE_S later from a timer thread, which prints the same message and exits with WATCHDOG_EXIT (Ray's
+    reaper stops the local cluster; a submitted job's actors go with its driver)."""
+    if seconds <= 0:
+        yield
+        return
+
+    def message() -> str:
+        try:
+            import ray
+
+            free = ray.available_resources() if ray.is_initialized() else {}
+        except Exception as e:  # the message must come out even when Ray cannot answer
+            free = f"unknown ({type(e).__name__})"
+        return (f"{what} did not finish within verl.watchdog_s={seconds:g}s; free resources: {free} (a placement "
+                "group that cannot be placed waits forever: give the cluster more CPUs/GPUs; a worker that died "
+                "inside a call, e.g. vLLM's during a weight sync, leaves verl waiting: see the actors' logs)")
+
+    def fire(*_: Any) -> None:
+        raise TimeoutError(message())
+
+    def backstop() -> None:
+        print(f"{message()} [the main thread is blocked: exiting with {WATCHDOG_EXIT}]", file=sys.stderr, flush=True)
+        os._exit(WATCHDOG_EXIT)
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    timer = threading.Timer(seconds + WATCHDOG_GRACE_S, backstop)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
