@@ -161,14 +161,16 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
            # as mmlu_pro_replay: the preference in bin words, the router's suggestion, no catalogue (docs/quality.md)
            "agent": {"max_turns": 3 if adaptive else 2, "preference_words": True, "preference_numbers": False,
                      "preference_levels": [0.056, 0.178, 0.56, 1.78], "route_hints": True, "tool_catalogue": "none"},
-           "sampling": {"max_tokens": 48, "temperature": 1.0},
+           # room for the restated preference and route hint before each call (sft.restate_preference, below)
+           "sampling": {"max_tokens": 80, "temperature": 1.0},
            "algo": {"steps": 12, "group_size": 8, "prompts_per_step": 4, "lr": 1.0e-4, "balance_prefs": True,
                     "micro_batch_size": 64},
            # the expected-value warm start (docs/benchmarks.md, "Quality"): every question played by every model, the
            # estimator router fitted on those outcomes, each (question, preset) labelled with its best route
            "sft": {"teacher": "expected_value", "vectors": [*COST_ORDER, "latency-first"], "vectors_sampled": 4,
                    "sample_cost": [0.01, 10.0], "sample_latency": [0.1, 3.0], "sample_latency_zero": 0.5,
-                   "steps": 400, "until_agreement": 0.9, "max_steps": 800, "label_balance": 0.5, "lr": 3.0e-3,
+                   "steps": 400, "until_agreement": 0.9, "until_follows": True, "max_steps": 800,
+                   "restate_preference": True, "label_balance": 0.5, "lr": 3.0e-3,
                    "batch_size": 16, "demos": min(240, n_train)},
            # text_stats: the question's length, numbers and symbols as a candidate the router's cross-validation may
            # take; on seven two-model logs cut from MMLU-Pro it raised APGR by 0.013-0.018 on three and left the others

@@ -168,15 +168,21 @@ def restatement(prompt: str, tool: str) -> str:
 
 def preference_note(prompt: str) -> str:
     """The note a policy writes before each call once SFT taught it to (sft.restate_preference): the prompt's last
-    priorities line in a think block, "<think>cost top, latency medium</think>" ("" when the prompt shows none). A
-    1M-parameter policy must tie a decision some 20 tokens into its reply to one bin word at the end of its prompt,
-    and on many seeds it never does: it learns the route mix and gives every preference the same routes
-    (docs/quality.md, "One recipe for every seed"). Restated, the word is a copy the policy is trained on directly
-    (a wrong copy costs its whole loss), and the decision then reads the note's own words a few tokens back."""
+    priorities line, and the router line's suggestion where one follows it (agent.route_hints), in a think block:
+    "<think>cost top, latency medium</think>", "<think>cost minimal, latency none; answer answer-1</think>" ("" when
+    the prompt shows no priorities). A 1M-parameter policy must tie a decision some 20 tokens into its reply to one
+    bin word (or one tier id) at the end of its prompt; it learns that late, at a step that moves with the seed and
+    the device's arithmetic, and on some seeds not at all (docs/quality.md, "One recipe for every seed"). Restated,
+    the word is a copy the policy is trained on directly (a wrong copy costs its whole loss), and the decision then
+    reads the note's own words a few tokens back."""
     at = prompt.rfind("Priorities: ")
     if at < 0:
         return ""
-    return f"<think>{prompt[at + len('Priorities: '):].split('.', 1)[0]}</think>"
+    note = prompt[at + len("Priorities: "):].split(".", 1)[0]
+    router = prompt.find("Router (", at)
+    if router >= 0 and "): " in prompt[router:]:
+        note += "; " + prompt[router:].split("): ", 1)[1].split(".", 1)[0]
+    return f"<think>{note}</think>"
 
 
 class Prompter:

@@ -115,6 +115,10 @@ def scripted_samples(episodes: list[tuple[Task, Script]], tools: ToolClient, tok
         raise ValueError(f"scripted_samples: {len(counts)} repeat counts for {len(episodes)} episodes")
     trajs = scripted_trajectories(episodes, tools, tokenizer, prompter_kwargs, agent_kwargs, eos_ids, max_tokens,
                                   concurrency, note)
+    cut = [turn for traj in trajs for turn in traj.turns if turn.finish_reason == "length"]
+    if cut:  # a demonstration cut short would teach a call that never closes, or silently drop out of SFT
+        raise ValueError(f"{len(cut)} demonstrated calls are longer than sampling.max_tokens={max_tokens} (e.g. "
+                         f"{cut[0].text[:120]!r}...): raise sampling.max_tokens")
     parts = [[s for s, turn in zip(episode_samples(traj), traj.turns) if turn.format_ok] for traj in trajs]
     return [s for part, k in zip(parts, counts, strict=True) for s in part * k]
 

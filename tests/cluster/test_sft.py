@@ -75,3 +75,34 @@ def test_scripted_samples_repeat_each_episode_as_asked(setup):
         "answer-math-1", *["answer-math-2"] * 3, *["answer-math-3"] * 2]
     with pytest.raises(ValueError, match="2 repeat counts for 3 episodes"):
         scripted_samples(scripts, tools, tok, repeats=[1, 2], **kw)
+
+
+def test_restated_demonstrations_open_every_call_with_the_prompts_priorities(setup):
+    """sft.restate_preference: each demonstrated call is '<think>' + the prompt's priorities (and the router line's
+    suggestion) + '</think>' + the call, which parses as the call; a call longer than sampling.max_tokens is refused,
+    never dropped silently."""
+    from orchestra.agent.parse import parse
+    from orchestra.agent.prompt import preference_note
+    from orchestra.preferences import preset
+
+    tasks, tools, tok = setup
+    task = dataclasses.replace(tasks[0], pref=preset("cost-first"))
+    kw = dict(prompter_kwargs={"preference_words": True, "preference_numbers": False}, agent_kwargs={"max_turns": 1},
+              eos_ids=[tok.eos_token_id])
+    call = call_text("answer", {"model": "answer-math-2"})
+    [sample] = scripted_samples([(task, [call])], tools, tok, note=preference_note, **kw)
+    text = tok.decode(sample.response_ids)
+    assert text.startswith("<think>cost top, latency low</think>" + call)  # the default bins (cpu_tiny's: medium)
+    assert parse(text).calls[0].arguments == {"model": "answer-math-2"}
+    with pytest.raises(ValueError, match="longer than sampling.max_tokens=20"):
+        scripted_samples([(task, [call])], tools, tok, note=preference_note, max_tokens=20, **kw)
+
+
+def test_preference_note_restates_the_priorities_and_the_router_line():
+    from orchestra.agent.prompt import preference_note
+
+    assert preference_note("q\n\nPriorities: cost top, latency medium, avoids answer-1.<|im_end|>") == \
+        "<think>cost top, latency medium, avoids answer-1</think>"
+    hinted = "q\n\nPriorities: cost minimal, latency none.\nRouter (odds high): answer answer-2.<|im_end|>"
+    assert preference_note(hinted) == "<think>cost minimal, latency none; answer answer-2</think>"
+    assert preference_note("Preference weights: accuracy 1, cost 2.") == ""  # numbers only: nothing to restate
