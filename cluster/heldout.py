@@ -33,7 +33,15 @@ from actors.rollout_worker import EpisodeResult
 from orchestra.eval.adherence import PREFIX, check_unseen, sweep_points, sweep_preferences
 from orchestra.eval.adherence import adherence as adherence_of
 from orchestra.eval.escalation import escalation
-from orchestra.preferences import COST_ORDER, paired_preferences, parse_pairs, preset
+from orchestra.eval.verdict import Goals
+from orchestra.preferences import (
+    CHECK_COSTS,
+    COST_ORDER,
+    paired_preferences,
+    parse_pairs,
+    preset,
+    sweep_vectors,
+)
 from orchestra.routing.cascade import expected_calls, is_cascade
 from orchestra.routing.hints import suggestion
 from orchestra.rundir.records import episode_seed, score_kwargs
@@ -137,20 +145,27 @@ def hint_agreement(results: list[EpisodeResult], requests: list[dict[str, Any]],
 
 
 def train_check(cfg: Any, train: list[Task], step: int, rollout: Callable[..., list[EpisodeResult]], bars: Any,
-                sync: Callable[[], Any], what: list[str], min_spread: float = 3.0) -> dict[str, Any]:
+                sync: Callable[[], Any], what: list[str], min_spread: float = 3.0, min_adherence: float = 0.9
+                ) -> dict[str, Any]:
     """SFT's check of the policy (cluster/warm_start.sft_loop): the learner's weights to the workers (`sync`), then
     greedy episodes on (up to eval.n_tasks) training tasks under each eval preset (`rollout(requests,
     eval_mode=True, bar=...)`, the trainer's). `what` (warm_start.sft_checks): `hints`, every preset's share calling
-    its hint's plan reaches sft.until_agreement; `follows`, $ falls strictly over the cost-ordered presets and
-    accuracy-first spends at least `min_spread` x cost-first (train.min_pref_spread, the verdict's figures on the
-    training tasks). -> {passed, line, below, hint_<preset>..., pref_spread, monotone}. Training tasks, not held-out
-    ones: the decision to train on must not read the tasks the run is scored on."""
+    its hint's plan reaches sft.until_agreement; `follows`, the verdict's figures on the training tasks: $ falls
+    strictly over the cost-ordered presets, accuracy-first spends at least `min_spread` x cost-first
+    (train.min_pref_spread), and along a cost ladder in the adherence sweep's bins but off its weights
+    (orchestra/preferences.CHECK_COSTS) $ follows the weight with adherence >= `min_adherence`
+    (train.min_unseen_adherence). -> {passed, line, below, hint_<preset>..., pref_spread, monotone,
+    ladder_adherence}. Training tasks, not held-out ones: the decision to train on must not read the tasks the run
+    is scored on."""
     sync()
-    prefs = presets(cfg)
-    reqs = requests(train[: cfg.eval.n_tasks], cfg.seed, 1, f"sft{step}", prefs)
-    bar = bars.add(f"SFT check {step}", len(reqs))
-    results = rollout(reqs, eval_mode=True, bar=bar)
+    prefs, tasks = presets(cfg), train[: cfg.eval.n_tasks]
+    reqs = requests(tasks, cfg.seed, 1, f"sft{step}", prefs)
+    ladder = sweep_vectors(CHECK_COSTS) if "follows" in what else {}
+    reqs_ladder = requests(tasks, cfg.seed, 1, f"sft{step}", list(ladder), ladder) if ladder else []
+    bar = bars.add(f"SFT check {step}", len(reqs) + len(reqs_ladder))
+    results = rollout(reqs + reqs_ladder, eval_mode=True, bar=bar)
     bars.remove(bar)
+    results, on_ladder = results[: len(reqs)], results[len(reqs):]
     out: dict[str, Any] = {"passed": True}
     lines, below = [], []
     if "hints" in what:
@@ -169,11 +184,19 @@ def train_check(cfg: Any, train: list[Task], step: int, rollout: Callable[..., l
             by_pref.setdefault(name_of.get(r.traj.uid, ""), []).append(r.traj.cost_usd)
         figures = adherence({p: {"cost_usd": mean(v)} for p, v in by_pref.items()})
         spread, monotone = figures.get("pref_spread", float("nan")), figures.get("monotone", 0.0)
-        out.update(pref_spread=spread, monotone=monotone)
+        # the cost ladder: $ along the bin words, as the verdict's unseen sweep asks of held-out tasks
+        walked = adherence_of(sweep_points([{"policy": "p", "preference": f"{PREFIX}{q['task']['pref']['cost']:g}",
+                                             "cost_usd": r.traj.cost_usd, "correct": False}
+                                            for q, r in zip(reqs_ladder, on_ladder, strict=True)], "p"))
+        out.update(pref_spread=spread, monotone=monotone, ladder_adherence=walked)
         lines.append(f"accuracy-first spends {spread:.2f}x what cost-first spends, $ "
-                     + ("falls" if monotone else "does not fall") + " over the presets (training tasks)")
-        if not (spread >= min_spread and monotone == 1):
+                     + ("falls" if monotone else "does not fall") + f" over the presets, ladder adherence {walked:.2f} "
+                     "(training tasks)")
+        goals = Goals(min_spread, min_adherence)
+        if not (goals.spread_ok(spread) and monotone == 1):
             below.append(f"preference spread {spread:.2f}x (goal >= {min_spread:g}x), monotone {monotone:.0f}")
+        if not goals.adherence_ok(walked):
+            below.append(f"cost-ladder adherence {walked:.2f} (goal >= {min_adherence:g})")
     out.update(passed=not below, line="; ".join(lines), below="; ".join(below))
     return out
 

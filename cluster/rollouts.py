@@ -7,7 +7,9 @@
 - `Dispatch`: whole groups spread over the worker actors, `ray.wait` for them, results in request order; a dead
   worker's episodes become error results (scored with the failure reward when the step is scored), and weight
   sync from the learner.
-Results come back typed (actors/rollout_worker.EpisodeResult). Which phase runs when is cluster/trainer.py's.
+Results come back typed (actors/rollout_worker.EpisodeResult); a step's results become its training samples
+(`training_samples`, advantages balanced per vector) and figures (`step_metrics`, `by_preference`). Which phase
+runs when is cluster/trainer.py's.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+from statistics import mean
 from typing import Any
 
 import ray
 
 from actors.rollout_worker import EpisodeResult
+from orchestra.agent.loop import episode_samples
 from orchestra.preferences import paired_preferences
-from orchestra.types import Task, Trajectory
+from orchestra.types import Task, TrainSample, Trajectory
+from reward.advantages import balance_by_key
 from reward.score import Scored
 
 
@@ -153,3 +158,42 @@ class Dispatch:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
+
+
+# ---------------------------------------------------------------------- a step's results
+def training_samples(results: list[EpisodeResult], balance_prefs: bool = False) -> list[TrainSample]:
+    """Every turn sample of the episodes whose group gave a learning signal, carrying its episode's advantage;
+    with `balance_prefs` (algo.balance_prefs, paired steps) the advantages are rescaled so that every preference
+    vector carries the same total |A| (reward/advantages.balance_by_key)."""
+    live = [r for r in results if r.scored is not None and not r.scored.dropped and r.scored.status == "scored"]
+    advantages = [r.scored.advantage for r in live]
+    if balance_prefs:
+        advantages = balance_by_key(advantages, [pref_key(r.uid) for r in live])
+    return [dataclasses.replace(sample, advantage=a) for r, a in zip(live, advantages, strict=True)
+            for sample in episode_samples(r.traj)]
+
+
+def pref_key(uid: str) -> str:
+    """The preference vector of a paired group (its uid ends in -p<k>); '' for unpaired groups."""
+    head, sep, k = uid.rpartition("-p")
+    return k if sep and k.isdigit() else ""
+
+
+def step_metrics(results: list[EpisodeResult], scored: list[Scored], current_version: int) -> dict[str, Any]:
+    """A step's rollout figures (means over its episodes) and the weight-version lag of what it learned from."""
+    played = [r.traj.turns[0].policy_version for r in results if r.traj.termination != "error" and r.traj.turns]
+    return {"reward": mean(s.reward for s in scored), "accuracy": mean(float(s.correct) for s in scored),
+            "cost_usd": mean(s.cost_usd for s in scored), "latency_s": mean(s.latency_s for s in scored),
+            "format_ok": mean(float(all(t.format_ok for t in r.traj.turns)) for r in results),
+            # 0 while rollouts wait for each sync (this trainer); > 0: off-policy data
+            "version_lag": max([current_version - v for v in played] or [0])}
+
+
+def by_preference(scored: list[Scored]) -> dict[str, dict[str, float]]:
+    """With preference pairing: $ and accuracy per vector k (group uids end in -p<k>): does the policy act
+    differently per vector?"""
+    by_k: dict[str, list[Scored]] = {}
+    for s in scored:
+        by_k.setdefault(pref_key(s.uid), []).append(s)
+    return {f"p{k}": {"cost_usd": mean(s.cost_usd for s in v), "accuracy": mean(float(s.correct) for s in v)}
+            for k, v in sorted(by_k.items())}

@@ -13,11 +13,9 @@ rollouts and weight sync (cluster/rollouts.py), episode records (cluster/records
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from pathlib import Path
-from statistics import mean
 from typing import Any
 
 import ray
@@ -37,9 +35,15 @@ from cluster.progress import (
     preset_lines,
 )
 from cluster.records import EpisodeRecorder
-from cluster.rollouts import Dispatch, TaskSampler, step_requests
+from cluster.rollouts import (
+    Dispatch,
+    TaskSampler,
+    by_preference,
+    step_metrics,
+    step_requests,
+    training_samples,
+)
 from cluster.warm_start import hint_heldout, sft_checks, warm_start
-from orchestra.agent.loop import episode_samples
 from orchestra.config import ExperimentConfig, save_config, task_tiers
 from orchestra.data.sources import build_task_set
 from orchestra.data.tasks import load_corpus, load_tasks, save_corpus, save_tasks
@@ -47,9 +51,6 @@ from orchestra.preferences import preset
 from orchestra.rundir import checkpoint
 from orchestra.rundir.records import episode_seed
 from orchestra.rundir.tracking import Tracker
-from orchestra.types import TrainSample
-from reward.advantages import balance_by_key
-from reward.score import Scored
 from tools.tau2 import wiring as _tau2_wiring  # noqa: F401  registers τ² (task source, judge)
 
 
@@ -98,7 +99,12 @@ class Trainer:
             self.sync_weights()
             with self.phases("eval"):
                 summary["after_sft"] = self.evaluate("sft")
-            self.console.print(f"after SFT ({self.phases.times['sft']:.0f}s): {describe(headline(summary['after_sft']))}")
+                if c.eval.sweep:  # the warm start under the unseen sweep too: the verdict names the phase that lost it
+                    sweep = self.evaluate("sweep_sft", heldout.unseen_sweep(c, self.train))
+                    summary["sft_unseen_adherence"] = sweep["adherence"]
+            self.console.print(f"after SFT ({self.phases.times['sft']:.0f}s): {describe(headline(summary['after_sft']))}"
+                               + (f", unseen adherence {summary['sft_unseen_adherence']:.2f}"
+                                  if "sft_unseen_adherence" in summary else ""))
             if warning := heldout.hint_warning(summary["after_sft"]):
                 self.console.print(f"[yellow]warning: {warning}[/]")
             self.tracker.log(0, {"heldout": summary["after_sft"], "phase_s": self.phases.pop()}, kind="eval")
@@ -258,7 +264,7 @@ class Trainer:
         return warm_start(c, self.learner, self.tools, self.train, self.bars, self.console,
                           check=lambda step: heldout.train_check(c, self.train, step, self.rollout, self.bars,
                                                                  self.sync_weights, sft_checks(c),
-                                                                 c.train.min_pref_spread))
+                                                                 c.train.min_pref_spread, c.train.min_unseen_adherence))
 
     def rollout(self, requests: list[dict[str, Any]], eval_mode: bool = False, bar: Any = None
                 ) -> list[EpisodeResult]:
@@ -360,42 +366,3 @@ class Trainer:
                 ray.kill(handle, no_restart=True)
             except Exception:  # already gone
                 pass
-
-
-# ---------------------------------------------------------------------- a step's results
-def training_samples(results: list[EpisodeResult], balance_prefs: bool = False) -> list[TrainSample]:
-    """Every turn sample of the episodes whose group gave a learning signal, carrying its episode's advantage;
-    with `balance_prefs` (algo.balance_prefs, paired steps) the advantages are rescaled so that every preference
-    vector carries the same total |A| (reward/advantages.balance_by_key)."""
-    live = [r for r in results if r.scored is not None and not r.scored.dropped and r.scored.status == "scored"]
-    advantages = [r.scored.advantage for r in live]
-    if balance_prefs:
-        advantages = balance_by_key(advantages, [pref_key(r.uid) for r in live])
-    return [dataclasses.replace(sample, advantage=a) for r, a in zip(live, advantages, strict=True)
-            for sample in episode_samples(r.traj)]
-
-
-def pref_key(uid: str) -> str:
-    """The preference vector of a paired group (its uid ends in -p<k>); '' for unpaired groups."""
-    head, sep, k = uid.rpartition("-p")
-    return k if sep and k.isdigit() else ""
-
-
-def step_metrics(results: list[EpisodeResult], scored: list[Scored], current_version: int) -> dict[str, Any]:
-    """A step's rollout figures (means over its episodes) and the weight-version lag of what it learned from."""
-    played = [r.traj.turns[0].policy_version for r in results if r.traj.termination != "error" and r.traj.turns]
-    return {"reward": mean(s.reward for s in scored), "accuracy": mean(float(s.correct) for s in scored),
-            "cost_usd": mean(s.cost_usd for s in scored), "latency_s": mean(s.latency_s for s in scored),
-            "format_ok": mean(float(all(t.format_ok for t in r.traj.turns)) for r in results),
-            # 0 while rollouts wait for each sync (this trainer); > 0: off-policy data
-            "version_lag": max([current_version - v for v in played] or [0])}
-
-
-def by_preference(scored: list[Scored]) -> dict[str, dict[str, float]]:
-    """With preference pairing: $ and accuracy per vector k (group uids end in -p<k>): does the policy act
-    differently per vector?"""
-    by_k: dict[str, list[Scored]] = {}
-    for s in scored:
-        by_k.setdefault(pref_key(s.uid), []).append(s)
-    return {f"p{k}": {"cost_usd": mean(s.cost_usd for s in v), "accuracy": mean(float(s.correct) for s in v)}
-            for k, v in sorted(by_k.items())}

@@ -113,7 +113,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                     ) -> tuple[list[Any], dict[str, Any]]:
     """Exploration -> estimator router (saved) -> cross-fitted expected-value labels -> their episodes as
     training samples; and a report (label mix per preset, timings)."""
-    from orchestra.agent.prompt import Prompter
+    from orchestra.agent.prompt import Prompter, preference_text
     from orchestra.routing.cascade import as_plan, cascade_outcomes, frontier_cascades
     from orchestra.routing.estimator import Expected, RouteEstimator, TaskFeatures
     from orchestra.routing.explore import explore
@@ -184,13 +184,18 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
         top = ", ".join(f"{p} {v / len(tasks):.0%}" for p, v in counts.most_common(3))
         console.print(f"  teacher, {name}: {top}")
     repeats = label_repeats([lab.plan.name for lab in labels], c.sft.label_balance)
+    if c.sft.pref_balance:  # and rare priorities (the words the prompt shows), so every bin is read, not the presets'
+        words = [preference_text(lab.task.pref, c.agent.preference_words, c.agent.preference_numbers,
+                                 c.agent.preference_levels) for lab in labels]
+        repeats = [a * b for a, b in zip(repeats, label_repeats(words, c.sft.pref_balance), strict=True)]
     samples = scripted_samples([(lab.task, script_of(lab.plan)) for lab in labels], tools, tok,
                                launch.prompter_kwargs(c), c.agent.loop_kwargs(), eos, c.sampling.max_tokens,
                                repeats=repeats, note=note(c))
-    if c.sft.label_balance:
+    if c.sft.label_balance or c.sft.pref_balance:
         rare = {lab.plan.name: k for lab, k in zip(labels, repeats, strict=True) if k > 1}
-        console.print(f"  teacher: rare labels repeated (sft.label_balance {c.sft.label_balance:g}): "
-                      + (", ".join(f"{p} x{k}" for p, k in sorted(rare.items())) or "none"))
+        console.print(f"  teacher: rare labels repeated (sft.label_balance {c.sft.label_balance:g}, sft.pref_balance "
+                      f"{c.sft.pref_balance:g}): {len(repeats)} demonstrations enter an epoch {sum(repeats)} times; by "
+                      "plan, at most " + (", ".join(f"{p} x{k}" for p, k in sorted(rare.items())) or "none"))
     console.print(f"  teacher: {played} exploration episodes ({len(tasks)} tasks"
                   + (f" + {len(pool)} router-only (router.extra_tasks)" if pool else "")
                   + f" x {len(plans) - len(cascades)} plans, {len(cascades)} adaptive ones computed from them) in "

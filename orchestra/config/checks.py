@@ -97,6 +97,7 @@ def validate(cfg: ExperimentConfig) -> None:
          "sft.restate_preference", "restates the prompt's 'Priorities:' words: needs agent.preference_words=true")
     need(0.0 <= cfg.sft.until_agreement <= 1.0, "sft.until_agreement", "must be in [0, 1] (0: off)")
     need(0.0 <= cfg.sft.label_balance <= 1.0, "sft.label_balance", "must be in [0, 1] (0: off)")
+    need(0.0 <= cfg.sft.pref_balance <= 1.0, "sft.pref_balance", "must be in [0, 1] (0: off)")
     runs_on = cfg.sft.until_agreement or cfg.sft.until_follows
     need(cfg.sft.max_steps >= cfg.sft.steps if runs_on else cfg.sft.max_steps == 0, "sft.max_steps",
          f"must be >= sft.steps ({cfg.sft.steps}) with sft.until_agreement or sft.until_follows, else 0")

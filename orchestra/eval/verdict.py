@@ -26,6 +26,16 @@ class Goals:
     min_spread: float = 3.0
     min_adherence: float = 0.9
 
+    def spread_ok(self, spread: float) -> bool:
+        return spread >= self.min_spread - TOLERANCE  # nan fails
+
+    def adherence_ok(self, adherence: float) -> bool:
+        return adherence >= self.min_adherence - TOLERANCE
+
+
+# a Spearman that is 0.9 exactly (five sweep points, one tie) comes out of scipy as 0.8999999999999999
+TOLERANCE = 1e-9
+
 
 @dataclass
 class Verdict:
@@ -48,7 +58,7 @@ def problems(figures: dict[str, Any], adherence: float | None, goals: Goals) -> 
     spread, monotone = figures.get("pref_spread"), figures.get("monotone")
     if spread is not None:
         checked.append("pref_spread")
-        if not spread >= goals.min_spread:  # nan fails too
+        if not goals.spread_ok(spread):
             out.append(f"accuracy-first spends {spread:.2f}x what cost-first spends (goal >= {goals.min_spread:g}x)")
     if monotone is not None:
         checked.append("monotone")
@@ -56,7 +66,7 @@ def problems(figures: dict[str, Any], adherence: float | None, goals: Goals) -> 
             out.append("$ does not fall strictly from accuracy-first to balanced to cost-first")
     if adherence is not None:
         checked.append("unseen_adherence")
-        if not adherence >= goals.min_adherence:
+        if not goals.adherence_ok(adherence):
             shown = "nan (one $ for every cost weight)" if math.isnan(adherence) else f"{adherence:.2f}"
             out.append(f"under cost weights never trained on, $ follows the weight with adherence {shown} "
                        f"(goal >= {goals.min_adherence:g})")
@@ -96,8 +106,8 @@ ADVICE = {
             "Try more SFT steps (sft.steps), SFT that checks the policy and goes on until it follows "
             "(sft.until_follows with sft.max_steps), or a lower sft.lr; check the teacher's labels differ per "
             "preset (the 'teacher, <preset>:' lines)."),
-    "rl": ("the warm start followed the preference and RL undid it: the checkpoint of step 0 "
-           "(checkpoints/step_000000) is the warm start. Try a lower algo.lr, a larger algo.kl_coef, fewer "
+    "rl": ("the warm start followed the preference and RL undid it: the same command with algo.steps=0 and a new "
+           "run_dir (python -m cluster.sft) rebuilds that warm start. Try a lower algo.lr, a larger algo.kl_coef, fewer "
            "algo.steps, or preference-balanced advantages (algo.balance_prefs)."),
 }
 

@@ -39,7 +39,7 @@ def test_rl_that_undoes_a_following_warm_start_is_lost_in_rl():
     v = verdict(run(FOLLOWS, {"pref_spread": 2.1, "monotone": 1.0}), Goals())
     assert v.follows is False and v.lost_in == "rl"
     assert v.problems == ["accuracy-first spends 2.10x what cost-first spends (goal >= 3x)"]
-    assert "lost in RL" in "\n".join(report(v, {})) and "step_000000" in "\n".join(report(v, {}))
+    assert "lost in RL" in "\n".join(report(v, {})) and "algo.steps=0" in "\n".join(report(v, {}))
 
 
 def test_each_goal_fails_alone():
@@ -77,3 +77,13 @@ def test_sft_goal_only_where_sft_checks_the_policy():
     assert sft_goal(cfg) == 0
     cfg.sft.until_follows = True
     assert sft_goal(cfg) == 800
+
+
+def test_a_goal_met_exactly_is_met():
+    """Five sweep points with one adjacent pair swapped give a Spearman of 0.9, which scipy returns as
+    0.8999999999999998 (seed 1's sweep, docs/quality.md)."""
+    from scipy.stats import spearmanr
+
+    adherence = -spearmanr([0.03, 0.1, 0.3, 1, 3], [5.0, 4.0, 2.0, 3.0, 1.0]).statistic
+    assert adherence < 0.9 and verdict(run(FOLLOWS, FOLLOWS, adherence=adherence), Goals()).follows is True
+    assert verdict(run(FOLLOWS, FOLLOWS, adherence=0.8999), Goals()).follows is False
