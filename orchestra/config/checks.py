@@ -92,7 +92,7 @@ def validate(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"sft.vectors: {e}") from None
     need(not cfg.sft.restate_preference or cfg.sft.teacher in ("expected_value", "cascade"), "sft.restate_preference",
          f"restates the preference in scripted demonstrations: needs sft.teacher expected_value or cascade, not "
-         f"{cfg.sft.teacher!r}")
+         f"{cfg.sft.teacher!r} (add sft.restate_preference=false)")
     need(not cfg.sft.restate_preference or cfg.agent.preference_words or not cfg.agent.preference_numbers,
          "sft.restate_preference", "restates the prompt's 'Priorities:' words: needs agent.preference_words=true")
     need(0.0 <= cfg.sft.until_agreement <= 1.0, "sft.until_agreement", "must be in [0, 1] (0: off)")

@@ -33,8 +33,8 @@ SMOKE = {  # script -> (arguments for seconds-long sizes, RESULT names it must p
     "retrieval.py": (["--smoke"], {"retrieval_build_s_per_1k", "hybrid_qps"}),
     # two toy runs of cpu_tiny's recipe (exhaustive and partial exploration), one seed
     "rl_value.py": (["seeds=1", "partial=0.5", "runs={tmp}", "data.n_train=12",
-                     "data.n_heldout=4", "eval.n_tasks=2", "router.folds=2", "sft.steps=4", "sft.vectors_sampled=1",
-                     "algo.steps=1", "algo.group_size=2", "algo.prompts_per_step=2", "eval.sweep=false",
+                     "data.n_heldout=4", "eval.n_tasks=2", "router.folds=2", "sft.steps=4", "sft.max_steps=4",
+                     "sft.vectors_sampled=1", "algo.steps=1", "algo.group_size=2", "algo.prompts_per_step=2", "eval.sweep=false",
                      "log.replay_weights=false", "log.tensorboard=false", "log.plots=false",
                      "checkpoint.every_steps=1", "cluster.torch_threads=1"],
                     {"rl_gain", "rl_gain_ci_low", "rl_spend_ratio", "rl_partial_vs_warm_start"}),
@@ -88,9 +88,12 @@ def test_bench_smoke_prints_its_figures(script, tmp_path, request):
 
 def test_quality_routers_smoke(shared_data):
     """bench/quality.py's router part (no policy to train) on small splits of the shared recordings (without the
-    MMLU-Pro preset's extra router questions: embedding them took 2 of this test's 3 minutes)."""
+    MMLU-Pro preset's extra router questions: embedding them took 2 of this test's 3 minutes), embedded in float32:
+    on a CPU without bf16 instructions (AVX2 only) router.embed_dtype's bf16 took 6 of 7 minutes (the pair set's
+    1,351 questions: 72 s in float32)."""
     r = subprocess.run([sys.executable, "bench/quality.py", "only=routers", "routers_seeds=1", "mmlu_train=40",
-                        "mmlu_heldout=40", "mmlu_extra=0", "pair_heldout=40"], cwd=ROOT, capture_output=True, text=True, timeout=280)
+                        "mmlu_heldout=40", "mmlu_extra=0", "pair_heldout=40", "routers_embed_dtype=float32"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stderr[-3000:]
     printed = set(re.findall(r"^RESULT (\w+)=", r.stdout, re.M))
     assert {"routers_ra_logloss_estimator", "routers_ra_yardstick_accstrong_apgr_estimator",

@@ -45,7 +45,8 @@ def test_the_pool_is_the_next_tasks_of_the_split_and_never_a_held_out_one(preset
 
 def test_only_the_expected_value_teacher_takes_extra_tasks(preset):
     with pytest.raises(ConfigError, match="router.extra_tasks"):
-        load_config([f"experiment={preset}", "router.extra_tasks=4", "sft.teacher=random", "agent.route_hints=false"])
+        load_config([f"experiment={preset}", "router.extra_tasks=4", "sft.teacher=random", "agent.route_hints=false",
+                     "sft.restate_preference=false"])
     with pytest.raises(ConfigError, match="router.extra_tasks"):
         load_config([f"experiment={preset}", "router.extra_tasks=-1"])
 

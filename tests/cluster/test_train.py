@@ -22,8 +22,9 @@ SMALL = ["zoo.tools=[enhance_reasoning,answer]", "cluster.torch_threads=1", "dat
          "checkpoint.every_steps=1", "checkpoint.keep=3", "log.tensorboard=false", "log.plots=false",
          "cluster.rollout_worker_cpus=0.5", "cluster.learner_cpus=0.5",
          # the driver's mechanics, not cpu_tiny's recipe: random demonstrations, one vector, one held-out preset
-         "sft.teacher=random", "data.preference_pairs=''", "eval.presets=[]", "reward.norm_adv_by_std=true",
-         "algo.balance_prefs=false", "eval.sweep=false"]
+         "sft.teacher=random", "sft.restate_preference=false", "sft.until_follows=false", "sft.max_steps=0",
+         "data.preference_pairs=''", "eval.presets=[]", "reward.norm_adv_by_std=true", "algo.balance_prefs=false",
+         "eval.sweep=false"]
 
 
 def small_cfg(tmp_path, *extra):
@@ -223,7 +224,7 @@ def test_until_agreement_needs_room_to_run_on():
     with pytest.raises(ConfigError, match=r"sft.max_steps: must be >= sft.steps \(400\)"):
         load_config([*hinted, "sft.max_steps=200"])
     with pytest.raises(ConfigError, match="sft.max_steps"):
-        load_config(["sft.max_steps=800"])  # without until_agreement it would never be used
+        load_config(["sft.until_follows=false", "sft.max_steps=800"])  # with neither check it would never be used
     assert load_config([*hinted, "sft.max_steps=800"]).sft.max_steps == 800
     with pytest.raises(ConfigError, match=r"sft.label_balance: must be in \[0, 1\]"):
         load_config(["sft.label_balance=2"])

@@ -66,7 +66,7 @@ def test_route_hints_need_the_expected_value_teacher():
     from orchestra.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="agent.route_hints"):
-        load_config(["agent.route_hints=true", "sft.teacher=random"])
+        load_config(["agent.route_hints=true", "sft.teacher=random", "sft.restate_preference=false"])
     assert load_config(["experiment=cpu_tiny", "agent.route_hints=true"]).agent.route_hints
 
 
