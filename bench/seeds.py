@@ -14,6 +14,10 @@ estimator router. Then RESULT lines over seeds:
   seeds_min_pref_spread                   smallest accuracy-first $ / cost-first $ (goal >= 3)
   seeds_all_monotone                      1 when $ falls strictly over the presets on every seed
   seeds_min_unseen_adherence              smallest adherence under the unseen cost weights (goal >= 0.9)
+  seeds_min_sweep_ratio                   smallest $ at the sweep's lowest cost weight / $ at its second highest:
+                                          how far $ falls before the last point, which alone can carry adherence
+                                          (a policy flat over four of five points scored 0.97; the estimator router
+                                          falls about 9x there)
   seeds_min_format_ok                     (goal >= 0.98)
   seeds_min_vs_estimator_hi               smallest upper end of (policy - its estimator router) (goal >= 0)
   seeds_max_abs_vs_estimator              largest |policy - its estimator router| (hinted recipes: within 0.01)
@@ -90,10 +94,15 @@ def describe_seed(seed: int, s: dict[str, Any], cfg: Any) -> dict[str, Any]:
     if "hint_agreement_by_pref" in sft:
         print(f"INFO seed {seed} hint agreement after SFT: " + ", ".join(
             f"{p} {v:.0%}" for p, v in sft["hint_agreement_by_pref"].items()))
+    points = (s.get("unseen_sweep") or {}).get("points") or []
+    if points:
+        print(f"INFO seed {seed} unseen sweep after RL: " + ", ".join(
+            f"cost {p['cost_weight']:g} {100 * p['cost_usd']:.3f} ¢" for p in points))
     checks = s.get("sft_agreement_checks") or []
     return {"follows": v.follows, "sft_short": bool(v.sft_short), "spread": rl.get("pref_spread", float("nan")),
             "monotone": rl.get("monotone", float("nan")), "format_ok": rl.get("format_ok", float("nan")),
             "adherence": s.get("heldout_unseen_adherence", float("nan")),
+            "sweep_ratio": sweep_ratio(points),
             "vs_est": s.get("heldout_vs_estimator", float("nan")),
             "vs_est_hi": s.get("heldout_vs_estimator_hi", float("nan")),
             "rl_gain_hi": s.get("heldout_reward_gain_hi", float("nan")),
@@ -101,6 +110,14 @@ def describe_seed(seed: int, s: dict[str, Any], cfg: Any) -> dict[str, Any]:
             "sft_agreement": min((v for k, v in checks[-1].items() if k.startswith("hint_")), default=None)
             if checks else None,
             "wall": s.get("train_wall_s", float("nan"))}
+
+
+def sweep_ratio(points: list[dict[str, float]]) -> float:
+    """$ at the sweep's lowest cost weight / $ at its second highest (nan with fewer than three points or no $)."""
+    ranked = sorted(points, key=lambda p: p["cost_weight"])
+    if len(ranked) < 3 or ranked[-2]["cost_usd"] <= 0:
+        return float("nan")
+    return ranked[0]["cost_usd"] / ranked[-2]["cost_usd"]
 
 
 def table(runs: list[dict[str, Any]]) -> None:
@@ -134,6 +151,7 @@ def main(argv: list[str]) -> None:
            "seeds_min_pref_spread": min(x["spread"] for x in seeds),
            "seeds_all_monotone": float(all(x["monotone"] == 1 for x in seeds)),
            "seeds_min_unseen_adherence": min(x["adherence"] for x in seeds),
+           "seeds_min_sweep_ratio": min(x["sweep_ratio"] for x in seeds),
            "seeds_min_format_ok": min(x["format_ok"] for x in seeds),
            "seeds_min_vs_estimator_hi": min(x["vs_est_hi"] for x in seeds),
            "seeds_max_abs_vs_estimator": max(abs(x["vs_est"]) for x in seeds),
