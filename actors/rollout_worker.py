@@ -69,8 +69,8 @@ class RolloutWorker:
                  tool_handles: dict[str, Any] | None = None, zoo: dict[str, Any] | None = None,
                  corpus_path: str = "", tool_timeout_s: float = 60.0, tool_max_in_flight: int = 0,
                  reward_actor: Any = None, torch_threads: int = 0, tau2: dict[str, Any] | None = None):
+        from orchestra.engine import eos_token_ids
         from orchestra.policy.models import load_policy, set_torch_threads
-        from orchestra.policy.tokenizer import eos_token_ids
 
         set_torch_threads(torch_threads)
         self.worker_id = worker_id
@@ -166,7 +166,7 @@ class RolloutWorker:
             return self._agent_loop
         prefix, kind = found
         if prefix not in self._runners:
-            from orchestra.policy.tokenizer import eos_token_ids
+            from orchestra.engine import eos_token_ids
 
             parts = RunnerParts(self.engine, self.loop.prompter, eos_token_ids(self.tokenizer), self.agent_kwargs,
                                 self.sections)

@@ -47,10 +47,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from orchestra.agent.loop import AgentLoop  # noqa: E402
 from orchestra.agent.prompt import Prompter  # noqa: E402
-from orchestra.engine import Sampling  # noqa: E402
+from orchestra.engine import Sampling, eos_token_ids  # noqa: E402
 from orchestra.engine.hf import HFEngine  # noqa: E402
 from orchestra.policy.models import load_policy  # noqa: E402
-from orchestra.policy.tokenizer import eos_token_ids  # noqa: E402
 from tests.helpers.fakes import FakeTool, make_task  # noqa: E402
 from tools.base import LocalToolClient  # noqa: E402
 

@@ -282,7 +282,8 @@ def family_bounds(cfg, ev, heldout, seeds, report) -> list | None:
     import copy
 
     from orchestra.config import task_tiers
-    from orchestra.eval.routing_bound import outcomes_of_episodes, plan_scripts, recorded_outcomes
+    from orchestra.eval.routing_bound import outcomes_of_episodes, recorded_outcomes
+    from orchestra.routing.plans import plan_scripts
 
     if any(e.kind == "replay" for e in cfg.zoo.experts.values()):
         from orchestra.data.loaders import load

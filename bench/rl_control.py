@@ -65,10 +65,11 @@ def reading_window(overrides: list[str]) -> dict[str, float]:
     import asyncio
     import dataclasses
 
+    from orchestra.agent.consults import agree
+    from orchestra.cascade_names import parse
     from orchestra.config import load_config, task_tiers
     from orchestra.data.sources import build_task_set
     from orchestra.preferences import PRESETS
-    from orchestra.routing.cascade import agree, parse
     from orchestra.types import ToolContext
     from reward.judges import judge, judge_for
     from reward.rubric import scalar_reward

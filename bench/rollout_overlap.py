@@ -2,7 +2,7 @@
 
 Everything runs through the real distributed path: RolloutWorker actors (actors/rollout_worker.py) run the
 shared agent loop (reprompt mode) and call the zoo's tools on ToolServer actors (actors/tool_server.py) through
-RayToolClient. The policy is a SCRIPTED engine (orchestra.engine.scripted:plan_engine; the tiny policy is loaded only
+RayToolClient. The policy is a SCRIPTED engine (orchestra.agent.scripted:plan_engine; the tiny policy is loaded only
 for its tokenizer), so generation costs next to nothing and the figure measures overlap, not CPU speed. Every
 episode makes the same three calls: search(search-3) -> enhance_reasoning(reasoner-3) -> answer(answer-4).
 The experts are the SIMULATED sim zoo with `zoo.sleep=true` and every expert's `latency_s` set to `--latency`
@@ -108,7 +108,7 @@ def start_set(cfg: Any, suffix: str, n_workers: int, build_kwargs: dict[str, Any
                                                 max_concurrency=1000, max_restarts=0)
         workers.append(cls.remote(
             worker_id=i, model_name="tiny", model_kwargs=model_kwargs(cfg),
-            engine_kind="orchestra.engine.scripted:plan_engine", engine_kwargs={"plan": PLAN},
+            engine_kind="orchestra.agent.scripted:plan_engine", engine_kwargs={"plan": PLAN},
             agent_kwargs=cfg.agent.loop_kwargs(), prompter_kwargs=prompter_kwargs(cfg), tool_handles=handles,
             tool_timeout_s=cfg.zoo.server.timeout_s, tool_max_in_flight=cfg.zoo.server.client_max_in_flight))
     ray.get([h.ready.remote() for h in handles.values()] + [w.ready.remote() for w in workers], timeout=300)

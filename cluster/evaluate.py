@@ -100,9 +100,9 @@ def tool_server_clients(cfg: Any, corpus: list, seeds: list[int], tasks: list) -
 def build(cfg: Any, own: dict[str, str]):
     """Everything the Evaluator needs: (evaluator, tasks, policies, preferences, seeds)."""
     from orchestra.agent.prompt import Prompter
+    from orchestra.engine import eos_token_ids
     from orchestra.eval.baselines import BASELINES
     from orchestra.eval.runner import Evaluator
-    from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.preferences import PRESETS, parse_preference
     from reward.score import episode_scorer
     from tools.base import LocalToolClient

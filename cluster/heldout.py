@@ -30,6 +30,7 @@ from statistics import mean
 from typing import Any
 
 from actors.rollout_worker import EpisodeResult
+from orchestra.agent.hints import suggestion
 from orchestra.eval.adherence import PREFIX, check_unseen, sweep_points, sweep_preferences
 from orchestra.eval.adherence import adherence as adherence_of
 from orchestra.eval.escalation import escalation
@@ -43,7 +44,6 @@ from orchestra.preferences import (
     sweep_vectors,
 )
 from orchestra.routing.cascade import expected_calls, is_cascade
-from orchestra.routing.hints import suggestion
 from orchestra.rundir.records import episode_seed, score_kwargs
 from orchestra.types import Preference, Task
 from reward.score import Scored, score_group
@@ -284,9 +284,9 @@ def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, token
     tasks, presets and tools: the baseline the orchestrator is measured against. Scripted episodes in this
     process, scored as the policy's are; {} when the run has no router."""
     from orchestra.agent.prompt import Prompter
+    from orchestra.engine import eos_token_ids
     from orchestra.eval.runner import Evaluator
     from orchestra.eval.stats import summarize
-    from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.routing.router import EstimatorRouter, has_router
     from reward.score import episode_scorer
     from tools.retrieval.dense import embed_texts

@@ -107,9 +107,9 @@ class Policy:
     def __init__(self, cfg: Any, run_dir: Path, tol: float = 1e-3):
         from cluster import launch
         from orchestra.agent.prompt import Prompter
+        from orchestra.engine import eos_token_ids
         from orchestra.engine.hf import HFEngine
         from orchestra.policy.models import load_policy, set_torch_threads
-        from orchestra.policy.tokenizer import eos_token_ids
 
         set_torch_threads(cfg.cluster.torch_threads)  # as the rollout workers ran (reduction order)
         self.cfg, self.run_dir = cfg, run_dir

@@ -44,10 +44,9 @@ def run_tau2(cfg: Any, own: dict[str, str], overrides: list[str]) -> dict[str, A
     from rich.console import Console
 
     from orchestra.agent.prompt import Prompter
-    from orchestra.engine import Sampling
-    from orchestra.engine.scripted import call_text, script_engine
+    from orchestra.agent.scripted import call_text, script_engine
+    from orchestra.engine import Sampling, eos_token_ids
     from orchestra.jsonl import write_jsonl
-    from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.preferences import parse_preference
     from tools.registry import tier_costs
     from tools.tau2.domain import domain_tasks

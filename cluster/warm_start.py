@@ -32,8 +32,8 @@ from actors.tool_client import RayToolClient
 from cluster import launch
 from cluster.rollouts import paired_tasks
 from orchestra.data.demos import Script, demo_samples, label_repeats, scripted_samples, sft_batches, sft_lr
+from orchestra.engine import eos_token_ids
 from orchestra.policy.models import config_tokenizer
-from orchestra.policy.tokenizer import eos_token_ids
 from orchestra.routing.cascade import script_of
 from orchestra.types import Task
 from reward.score import score_episode
@@ -165,7 +165,7 @@ def teacher_samples(cfg: Any, tools: RayToolClient, tok: Any, train: list[Task],
                             n_meta=features.n_meta, select_by=rc.select_by, n_stats=features.n_stats)
     m = len(tasks)  # the training tasks' rows come first; the pool's rows only served the fits
     expected = Expected(expected.p_correct[:m], expected.cost_usd[:m], expected.latency_s[:m])
-    if c.agent.route_hints:  # the prompt's router line (orchestra/routing/hints.py), on the trainer's own tasks
+    if c.agent.route_hints:  # the prompt's router line (orchestra/agent/hints.py), on the trainer's own tasks
         attach(tasks, expected, plans, r.cost_scale, r.latency_scale)  # cross-fitted, as the labels
         labelled = {t.id for t in tasks}
         rest = [t for t in train if t.id not in labelled]
@@ -220,7 +220,7 @@ def cascade_episodes(cfg: Any, train: list[Task]) -> tuple[list[tuple[Task, Scri
     submits the first answer: consulting without reading; or (escalate_on=disagree) reads: the cascade's own rule
     (escalate exactly when the two answers disagree, orchestra/routing/cascade.py `choose`, which reads them from the
     prompt as a policy would). Under the other vectors it submits. -> (episodes, escalated, reading)."""
-    from orchestra.engine.scripted import call_text
+    from orchestra.agent.scripted import call_text
     from orchestra.preferences import is_among, parse_preference
     from orchestra.routing.cascade import choose, parse
 
@@ -249,7 +249,7 @@ def _restating(script: Script) -> Callable[[int, str], str]:
     """`script` whose calls, once the prompt shows two or more answers, open with their restatement (sft.restate)."""
     from orchestra.agent.parse import parse
     from orchestra.agent.prompt import restatement
-    from orchestra.engine.scripted import as_rule
+    from orchestra.agent.scripted import as_rule
 
     rule = as_rule(script)
 

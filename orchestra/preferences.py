@@ -1,6 +1,8 @@
 """Preference vectors P: named presets (evaluation, serving) and the per-task training sampler.
 
-A preference is a plain dict over `accuracy`, `cost`, `latency` and `tool:<id>` (orchestra.types.Preference).
+A preference is a plain dict over `accuracy`, `cost`, `latency` and `tool:<id>` (`Preference` below, checked by
+`check_preference`; orchestra.types re-exports both). This module imports nothing of the core: it is the ground
+floor the configuration, the contracts and the prompt all read.
 What the weights *mean* is the reward's business (reward/rubric.py); this module only chooses them.
 
 Presets (weights are relative; the toolorchestra rubric min-max normalises every feature over a group):
@@ -34,8 +36,23 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from orchestra.types import Preference, check_preference
+Preference = dict[str, float]
+BASE_FEATURES = ("accuracy", "cost", "latency")
+
+
+def check_preference(pref: dict[str, Any]) -> Preference:
+    """Return P as floats; raise ValueError naming the bad feature (unknown name, non-number, NaN)."""
+    out: Preference = {}
+    for key, value in pref.items():
+        if key not in BASE_FEATURES and not (isinstance(key, str) and key.startswith("tool:") and len(key) > 5):
+            raise ValueError(f"preference feature {key!r} is unknown; use {BASE_FEATURES} or 'tool:<id>'")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"preference feature {key!r} must be a finite number, got {value!r}")
+        out[key] = float(value)
+    return out
+
 
 PRESETS: dict[str, Preference] = {
     "accuracy-first": {"accuracy": 1.0, "cost": 0.05, "latency": 0.0},

@@ -5,36 +5,23 @@ TrainSample is what a finished episode becomes for a learner (orchestra.agent.lo
 Nothing here knows about engines, Ray or tools; see DESIGN.md ("Contracts") for the meaning of each field.
 
 The preference vector P is a plain `dict[str, float]` over features `accuracy`, `cost`, `latency` and
-`tool:<id>`; `check_preference` validates one.
+`tool:<id>`; its type and `check_preference` live on the floor below, in orchestra/preferences.py, and are
+re-exported here because every contract that carries one names it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-Preference = dict[str, float]
-BASE_FEATURES = ("accuracy", "cost", "latency")
+from orchestra.preferences import BASE_FEATURES, Preference, check_preference  # noqa: F401  re-exported
 
 # Gymnasium's split: answered = terminated; out of turns, out of context room or over budget = truncated;
 # error = failed. Trajectory refuses any other value.
 TERMINATIONS = ("answered", "max_turns", "context", "budget", "error")
 TRUNCATIONS = ("max_turns", "context", "budget")
-
-
-def check_preference(pref: dict[str, Any]) -> Preference:
-    """Return P as floats; raise ValueError naming the bad feature (unknown name, non-number, NaN)."""
-    out: Preference = {}
-    for key, value in pref.items():
-        if key not in BASE_FEATURES and not (isinstance(key, str) and key.startswith("tool:") and len(key) > 5):
-            raise ValueError(f"preference feature {key!r} is unknown; use {BASE_FEATURES} or 'tool:<id>'")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"preference feature {key!r} must be a finite number, got {value!r}")
-        out[key] = float(value)
-    return out
 
 
 def _from_dict(cls, data: dict[str, Any]):

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestra.types import Preference, Trajectory, check_preference
+from orchestra.value import scalar_terms
 from reward.advantages import GroupAdvantages, scalar_group_advantages, toolorchestra_advantages
 
 
@@ -97,19 +98,15 @@ def toolorchestra_group(trajs: Sequence[Trajectory], correct: Sequence[bool], co
 def scalar_reward(correct: bool, cost_usd: float, latency_s: float, tool_counts: dict[str, int],
                   pref: dict[str, float], cost_scale: float = 0.01, latency_scale: float = 10.0, *,
                   answered: bool = True, unanswered_penalty: float = 0.0) -> Reward:
-    """R = P_acc·r − P_cost·$/cost_scale − P_lat·s/latency_scale + Σ_t P_t·m_t (missing weights are 0),
-    minus `unanswered_penalty` when the episode gave no answer."""
+    """R = P_acc·r − P_cost·$/cost_scale − P_lat·s/latency_scale + Σ_t P_t·m_t (orchestra/value.py, the one
+    place the formula is written), minus `unanswered_penalty` when the episode gave no answer."""
     if not (cost_scale > 0 and latency_scale > 0):
         raise ValueError(f"cost_scale and latency_scale must be > 0, got {cost_scale} and {latency_scale}")
     pref = check_preference(pref)
     cost_usd, latency_s = _finite("cost_usd", [cost_usd])[0], _finite("latency_s", [latency_s])[0]
     feats = episode_features(correct, cost_usd, latency_s, tool_counts)
-    terms = {"accuracy": pref.get("accuracy", 0.0) * feats["accuracy"],
-             "cost": pref.get("cost", 0.0) * feats["cost"] / cost_scale,
-             "latency": pref.get("latency", 0.0) * feats["latency"] / latency_scale}
-    for k in sorted(pref):
-        if k.startswith("tool:"):
-            terms[k] = pref[k] * feats.get(k, 0.0)
+    terms = scalar_terms(pref, feats["accuracy"], cost_usd, latency_s, cost_scale, latency_scale,
+                         lambda tier: feats.get(f"tool:{tier}", 0.0))
     if unanswered_penalty and not answered:
         terms["unanswered"] = -float(unanswered_penalty)
     return Reward(value=sum(terms.values()), terms=terms, correct=bool(correct), features=feats)

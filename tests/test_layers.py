@@ -11,6 +11,16 @@ import its own layer and those below):
   5 bench    bench/*.py
 tests/ may import anything. Why: the core runs inside verl's workers, Serve replicas and tests without Ray or
 tools; a lazy import is still a dependency (it only moves the failure to run time).
+
+Inside the core, each sub-package or top-level module stands on a floor (CORE_FLOORS, as docs/architecture.md
+draws them) and imports only floors below its own; units on one floor stand side by side and import neither other:
+
+  6 routing                       routers, their estimates, cascades, the teachers' choices
+  5 policy   data   eval          the trainable model; tasks and demonstrations; evaluation
+  4 agent                         the multi-turn loop, its prompt, the scripted players
+  3 config   engine               the typed configuration; token generation
+  2 types    rundir               the contracts; run directories
+  1 preferences jsonl schema value cascade_names   grammars and formulas that import nothing of the core
 """
 
 from __future__ import annotations
@@ -24,6 +34,12 @@ PACKAGES = ("orchestra", "tools", "reward", "actors", "cluster", "bench")
 MAX_LINES = 600
 RAY_ALLOWED = ("actors", "cluster", "bench")
 LAYERS = {"core": 1, "tools": 2, "reward": 2, "actors": 3, "cluster": 4, "bench": 5}
+CORE_FLOORS = {"preferences": 1, "jsonl": 1, "schema": 1, "value": 1, "cascade_names": 1,
+               "types": 2, "rundir": 2,
+               "config": 3, "engine": 3,
+               "agent": 4,
+               "policy": 5, "data": 5, "eval": 5,
+               "routing": 6}
 
 
 def layer_of(module: str) -> str:
@@ -38,6 +54,12 @@ def allowed(src: str, dst: str) -> bool:
     if {a, b} == {"tools", "reward"}:
         return False
     return LAYERS[b] < LAYERS[a]
+
+
+def core_unit(module: str) -> str | None:
+    """orchestra.<unit>[.*] -> unit; None for the package root (it only names the project)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "orchestra" and len(parts) > 1 else None
 
 
 def _module_name(path: Path) -> str:
@@ -96,6 +118,21 @@ def test_imports_follow_the_layers():
            for src, edges in graph.items() for line, dst, lazy in edges
            if dst != "ray" and not allowed(src, dst)]
     assert not bad, "imports across the layers (see this file's docstring):\n" + "\n".join(bad)
+
+
+def test_core_floors():
+    """No import runs back up inside orchestra/, and units of one floor stand side by side."""
+    modules, graph = _graph()
+    units = {u for m in modules if (u := core_unit(m))}
+    unplaced = sorted(units - set(CORE_FLOORS))
+    assert not unplaced, f"orchestra/ units without a floor: {unplaced}; add each to CORE_FLOORS (and to "\
+                         "docs/architecture.md) on the floor above everything it imports"
+    bad = [f"{_where(modules, src, line)} {src} (floor {CORE_FLOORS[a]}) imports {dst} (floor {CORE_FLOORS[b]})"
+           f"{' (lazily)' if lazy else ''}"
+           for src, edges in graph.items() if (a := core_unit(src))
+           for line, dst, lazy in edges if (b := core_unit(dst)) and a != b and CORE_FLOORS[b] >= CORE_FLOORS[a]]
+    assert not bad, ("imports that run back up (or sideways) inside the core: move what the lower floor needs "
+                     "down, or pass it in (this file's docstring):\n" + "\n".join(bad))
 
 
 def test_ray_only_in_actors_and_cluster():

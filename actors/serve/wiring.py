@@ -29,8 +29,8 @@ def build_service(settings: ServeSettings) -> OrchestraService:
     """Production wiring: experiment config -> policy + engine + zoo tools (+ tool-server actors) -> service."""
     from orchestra.agent.prompt import Prompter
     from orchestra.config import load_config, task_tiers
+    from orchestra.engine import eos_token_ids
     from orchestra.policy.models import load_policy
-    from orchestra.policy.tokenizer import eos_token_ids
 
     cfg = load_config([f"experiment={settings.experiment}", *settings.overrides])
     if settings.experts:  # the run's experts served by live endpoints; refuses an unbound trained tier
@@ -83,7 +83,7 @@ def build_service(settings: ServeSettings) -> OrchestraService:
 
 def hint_attacher(settings: ServeSettings) -> Any:
     """agent.route_hints: the served policy was trained reading its run's estimator router's suggestion
-    (orchestra/routing/hints.py), so every request's task gets that router's estimates (one embedding)."""
+    (orchestra/routing/hints.py attaches them), so every request's task gets that router's estimates (one embedding)."""
     from orchestra.routing.router import EstimatorRouter, find_router
     from tools.retrieval.dense import embed_texts
 
@@ -104,7 +104,7 @@ def router_engine(settings: ServeSettings, tok: Any, eos: list[int], tiers: dict
     model. `tiers`: the served tier -> expert mapping."""
     if settings.policy == "model":
         return None
-    from orchestra.engine.scripted import script_engine
+    from orchestra.agent.scripted import script_engine
     from orchestra.routing.router import EstimatorRouter, find_router
     from tools.retrieval.dense import embed_texts
 

@@ -11,9 +11,32 @@ loop carries it out with `Consults.submit`; the submit record copies the consult
 
 from __future__ import annotations
 
+import re
+
 from orchestra.types import ToolCall, ToolRecord, ToolResult
 
 SUBMIT_TOOL = "submit"
+# agreement folds case, spaces, brackets and stops; these read as "no answer"
+_FOLD = re.compile(r"[\s()\[\].:]+")
+NO_ANSWER_MARKERS = ("", "(no answer recorded)", "none", "unknown")
+
+
+def fold(answer: str | None) -> str | None:
+    """An answer as agreement compares it; None when there is none to compare."""
+    raw = "" if answer is None else str(answer).strip().lower()
+    if raw in NO_ANSWER_MARKERS or raw.startswith("(no response recorded"):
+        return None
+    return _FOLD.sub(" ", raw).strip() or None
+
+
+def agree(a: str | None, b: str | None) -> bool:
+    """Two answers agree when equal after case, space and bracket folding ("(B)" = "b"); a missing answer agrees
+    with nothing. The rule the prompt's answers heading, the cascades (orchestra/routing/cascade.py) and the
+    escalation figures (orchestra/eval/escalation.py) all apply."""
+    fa, fb = fold(a), fold(b)
+    return fa is not None and fa == fb
+
+
 _KEPT = ("model", "tier", "sim_correct", "recorded_correct", "response_recorded", "simulated", "replay")
 
 

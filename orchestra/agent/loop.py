@@ -54,7 +54,7 @@ def _tool_names(schemas: list[dict[str, Any]]) -> list[str]:
 
 def forced_answer_prefix(schemas: list[dict[str, Any]]) -> str:
     """The opening of an answer-tool call, written as the SFT demonstrations write calls
-    (orchestra/engine/scripted.call_text), up to where the policy's own choice begins: within the tier id, after
+    (orchestra/agent/scripted.call_text), up to where the policy's own choice begins: within the tier id, after
     what all the offered answer tiers share ("answer-"), so the policy picks among answer tiers only (left at the
     opening quote, it once wrote a search tier there)."""
     for s in schemas:

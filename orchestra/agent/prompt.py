@@ -28,8 +28,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from orchestra.agent import toolorchestra_format
-from orchestra.routing.cascade import agree
-from orchestra.routing.hints import hint_text
+from orchestra.agent.consults import agree
+from orchestra.agent.hints import hint_text
+from orchestra.config.agent import CATALOGUES
 from orchestra.types import Preference, Task
 
 DEFAULT_SYSTEM = (
@@ -101,8 +102,6 @@ def preference_text(pref: Preference, words: bool = False, numbers: bool = True,
     return f"{text} {preference_words(pref, bounds)}" if words else text
 
 
-CATALOGUES = ("full", "brief", "none")
-
 
 def catalogue(schemas: list[dict[str, Any]] | None, mode: str) -> list[dict[str, Any]] | None:
     """The tool schemas as the prompt shows them (`mode`, one of CATALOGUES). "brief" keeps each tool's name and
@@ -145,7 +144,7 @@ VERDICTS = ("they agree", "they differ")  # the answers heading's two verdicts (
 
 
 def answers_heading(answers: Sequence[dict[str, str]]) -> str:
-    """"Expert answers:", and with two or more whether they all agree (orchestra/routing/cascade.py `agree`): a
+    """"Expert answers:", and with two or more whether they all agree (orchestra/agent/consults.py `agree`): a
     1M-parameter policy compares two multi-token answers poorly, and agreement is what an adaptive plan acts on."""
     if len(answers) < 2:
         return "Expert answers:"
@@ -198,7 +197,7 @@ class Prompter:
         self.max_observation_chars = max_observation_chars
         self.preference_words = preference_words
         self.preference_numbers, self.preference_levels = preference_numbers, tuple(preference_levels)
-        # the estimator router's suggestion under the task's preference, after the preference (routing/hints.py)
+        # the estimator router's suggestion under the task's preference, after the preference (agent/hints.py)
         self.route_hints = bool(route_hints)
         if tool_catalogue not in CATALOGUES:
             raise ValueError(f"tool_catalogue must be one of {CATALOGUES}, got {tool_catalogue!r}")

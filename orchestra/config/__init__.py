@@ -1,5 +1,7 @@
-"""Typed configuration: dataclasses are the schema (schema.py), conf/*.yaml gives values and CLI dotlists
-override them (load.py), range checks run before any actor starts (checks.py). Import the public names from here."""
+"""Typed configuration (floor 3 of the core: it imports only the preference and cascade-name grammars below it):
+dataclasses are the schema (schema.py joins the sections: model.py, agent.py, zoo.py, training.py, run.py,
+verl_backend.py), conf/*.yaml gives values and CLI dotlists override them (load.py), plain data checks run before
+any actor starts (checks.py). Import the public names from here."""
 
 from orchestra.config.checks import check_mcp_servers, validate
 from orchestra.config.load import CONF_DIR, GROUPS, load_config, save_config, to_yaml

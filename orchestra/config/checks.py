@@ -1,12 +1,24 @@
 """Range checks of a composed ExperimentConfig (the schema is orchestra/config/schema.py, loading load.py): every
-failure raises ConfigError naming the key, before any actor starts."""
+failure raises ConfigError naming the key, before any actor starts.
+
+Plain data checks: the value lists are the schema's own (config/agent.py, config/training.py), and the grammars of
+preference vectors and cascade names are the core's ground floor (orchestra/preferences.py,
+orchestra/cascade_names.py), so config/ reaches nothing above the contracts."""
 
 from __future__ import annotations
 
-from orchestra.agent.prompt import CATALOGUES  # the value lists live with the code that reads them
+from orchestra.cascade_names import parse as parse_cascade
+from orchestra.config.agent import CATALOGUES
 from orchestra.config.schema import ConfigError, ExperimentConfig, MCPServerConfig
-from orchestra.preferences import COST_ORDER, PRESETS, parse_preference
-from orchestra.routing.select import CRITERIA
+from orchestra.config.training import CRITERIA
+from orchestra.preferences import (
+    COST_ORDER,
+    PRESETS,
+    check_disjoint,
+    parse_pairs,
+    parse_preference,
+    sweep_vectors,
+)
 
 
 def validate(cfg: ExperimentConfig) -> None:
@@ -63,10 +75,8 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.sft.teacher in ("random", "expected_value", "cascade"), "sft.teacher",
          f"must be random, expected_value or cascade, got {cfg.sft.teacher!r}")
     if cfg.sft.teacher == "cascade":
-        from orchestra.routing.cascade import parse
-
         try:
-            kind = parse(cfg.sft.cascade).kind
+            kind = parse_cascade(cfg.sft.cascade).kind
         except ValueError as e:
             raise ConfigError(f"sft.cascade: {e}") from None
         need(kind == "pair", "sft.cascade", f"the cascade teacher demonstrates pair cascades (a&b>c), got {kind}")
@@ -139,8 +149,6 @@ def validate(cfg: ExperimentConfig) -> None:
         except ValueError as e:
             need(False, "data.preference", f"must be `sampled`, a preset, weights or `A|B|...` of those: {e}")
     if cfg.data.preference_pairs:
-        from orchestra.preferences import parse_pairs
-
         try:
             parse_pairs(cfg.data.preference_pairs)
         except ValueError as e:
@@ -156,8 +164,6 @@ def validate(cfg: ExperimentConfig) -> None:
 def check_preference_sampling(cfg: ExperimentConfig, need) -> None:
     """The teacher's sampled range, the preference's rendering in bins, and that no fixed training vector is one
     of the adherence sweep's (figures over the sweep measure vectors no training used)."""
-    from orchestra.preferences import check_disjoint, parse_pairs, sweep_vectors
-
     s, a = cfg.sft, cfg.agent
     need(not s.sample_cost or (len(s.sample_cost) == 2 and 0 < s.sample_cost[0] <= s.sample_cost[1]), "sft.sample_cost",
          f"must be empty (the training sampler) or [lo, hi] with 0 < lo <= hi, got {list(s.sample_cost)}")

@@ -27,8 +27,8 @@ from typing import Any
 
 from orchestra.agent.loop import AgentLoop, ToolClient, episode_samples
 from orchestra.agent.prompt import Prompter
+from orchestra.agent.scripted import noted, random_episode, script_engine
 from orchestra.engine import Sampling
-from orchestra.engine.scripted import noted, random_episode, script_engine
 from orchestra.types import Task, Trajectory
 
 Scorer = Callable[[Trajectory, Task], Awaitable[float]]

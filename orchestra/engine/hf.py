@@ -81,7 +81,7 @@ class HFEngine:
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, **kw: Any) -> HFEngine:
-        from orchestra.policy.tokenizer import eos_token_ids
+        from orchestra.engine import eos_token_ids
 
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         return cls(model, eos_token_ids(tokenizer), pad, **kw)

@@ -1,7 +1,7 @@
 """Fixed-router baselines as scripts: the tool-call texts each baseline emits for a task.
 
 Every policy runs through the SAME AgentLoop, tools and accounting (orchestra/eval/runner.py): baselines are
-scripted engines (orchestra.engine.scripted) that emit fixed tool calls. Baselines:
+scripted engines (orchestra.agent.scripted) that emit fixed tool calls. Baselines:
   strongest  `answer` with the tier whose expert costs most per nominal call (1k tokens in, its typical out;
              the callers rank tiers with tools/registry.py `tier_costs`)
   cheapest   `answer` with the tier that costs least
@@ -18,7 +18,7 @@ import random
 import re
 from typing import Any
 
-from orchestra.engine.scripted import call_text, tiers_of
+from orchestra.agent.scripted import call_text, tiers_of
 from orchestra.types import Task
 
 BASELINES = ("strongest", "cheapest", "random", "heuristic", "oracle")

@@ -3,7 +3,7 @@
 Over episodes whose first two calls were `consult`s of two tiers that both answered (orchestra/agent/consults.py),
 the next call is an escalation when it spends more (an `answer` call, or a third `consult`) and a stop when it is a
 `submit`. `escalation(trajectories)` gives P(escalate | the two answers disagree) and P(escalate | they agree),
-agreement as cascades judge it (orchestra/routing/cascade.py `agree`), with the counts behind them; an episode
+agreement as cascades judge it (orchestra/agent/consults.py `agree`), with the counts behind them; an episode
 that ended before a third call (turns or budget ran out) is left out. A policy that reads its experts escalates
 far more often on disagreement; one that ignores them escalates at one rate whatever they said.
 `reask_disagree` / `reask_agree` are the part of those escalations that asked one of the two consulted tiers again
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from orchestra.routing.cascade import agree
+from orchestra.agent.consults import agree
 
 
 def decision(traj: Any) -> tuple[bool, bool] | None:

@@ -8,10 +8,10 @@ falling accuracy-per-$ (the Minkowski sum of the family hulls). The families are
 the answers, so this is an in-sample upper bound for subject-aware routing, not a deployable router; the
 gap between it and the oracle router is what only per-question knowledge can buy.
 
-Where outcomes are not recorded (simulated zoos, multi-step routes), `plan_scripts` lists every fixed plan
-(`answer` with each tier, alone or after one call of another tool with each of its tiers); running each plan
-on the tasks (orchestra.eval.runner.Evaluator's `scripts`) and passing the episodes to `outcomes_of_episodes`
-gives the same frontier over family -> plan routers.
+Where outcomes are not recorded (simulated zoos, multi-step routes), orchestra/routing/plans.py `plan_scripts`
+lists every fixed plan (`answer` with each tier, alone or after one call of another tool with each of its tiers);
+running each plan on the tasks (orchestra.eval.runner.Evaluator's `scripts`) and passing the episodes to
+`outcomes_of_episodes` gives the same frontier over family -> plan routers.
 """
 
 from __future__ import annotations
@@ -78,14 +78,6 @@ def cheapest_reaching(front: list[tuple[float, float]], accuracy: float) -> floa
         if a0 <= accuracy <= a1:
             return c0 + (c1 - c0) * (accuracy - a0) / (a1 - a0)
     return float("inf")
-
-
-def plan_scripts(schemas: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """Plan name -> tool-call texts: `answer` with each tier, alone or after one call of another tool
-    (orchestra/routing/plans.py enumerates them)."""
-    from orchestra.routing.plans import enumerate_plans
-
-    return {plan.name: plan.texts() for plan in enumerate_plans(schemas)}
 
 
 def outcomes_of_episodes(records: Iterable[dict[str, Any]]) -> tuple[dict, int]:

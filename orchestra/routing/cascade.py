@@ -21,79 +21,30 @@ preference is the estimator's business (they are plans like any other there); th
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from orchestra.agent.consults import agree, fold
 from orchestra.agent.parse import call_text
+from orchestra.cascade_names import Cascade, describe, is_cascade, parse  # noqa: F401  the grammar, re-exported
 from orchestra.routing.plans import Outcome, Plan
 
-_FOLD = re.compile(r"[\s()\[\].:]+")
-NO_ANSWER_MARKERS = ("", "(no answer recorded)", "none", "unknown")
 
-
-def fold(answer: str | None) -> str | None:
-    """An answer as agreement compares it; None when there is none to compare."""
-    raw = "" if answer is None else str(answer).strip().lower()
-    if raw in NO_ANSWER_MARKERS or raw.startswith("(no response recorded"):
-        return None
-    return _FOLD.sub(" ", raw).strip() or None
-
-
-def agree(a: str | None, b: str | None) -> bool:
-    fa, fb = fold(a), fold(b)
-    return fa is not None and fa == fb
-
-
-@dataclass(frozen=True)
-class Cascade:
-    """`consult` tiers in order, submitting when the rule is met, else `answer` with `final`. kind: pair (consult
-    2, agree -> submit the first), no_answer (consult 1, an answer -> submit it), three (consult 2; if they
-    disagree, consult a third and submit it when it agrees with either)."""
-
-    kind: str
-    consult: tuple[str, ...]
-    final: str
-
-    def __post_init__(self):
-        want = {"pair": 2, "no_answer": 1, "three": 3}.get(self.kind)
-        if want is None or len(self.consult) != want:
-            raise ValueError(f"a {self.kind!r} cascade consults {want} tiers, got {self.consult}")
-
-    @property
-    def name(self) -> str:
-        c = self.consult
-        if self.kind == "no_answer":
-            return f"{c[0]}?>{self.final}"
-        return "&".join(c[:2]) + "".join(f">{t}" for t in c[2:]) + f">{self.final}"
-
-    def decide(self, answers: dict[str, str | None]) -> tuple[list[str], str, str]:
-        """(tiers consulted, the tool that ends, its tier) given each tier's answer: 'submit' adopts the answer
-        that tier gave, 'answer' calls it."""
-        c = self.consult
-        if self.kind == "no_answer":
-            return ([c[0]], "submit", c[0]) if fold(answers.get(c[0])) is not None else ([c[0]], "answer", self.final)
-        if agree(answers.get(c[0]), answers.get(c[1])):
-            return [c[0], c[1]], "submit", c[0]
-        if self.kind == "pair":
-            return [c[0], c[1]], "answer", self.final
-        if agree(answers.get(c[2]), answers.get(c[0])) or agree(answers.get(c[2]), answers.get(c[1])):
-            return list(c), "submit", c[2]
-        return list(c), "answer", self.final
-
-
-def parse(name: str) -> Cascade:
-    """The cascade a name describes (`Cascade.name`'s forms)."""
-    if "?>" in name:
-        first, final = name.split("?>")
-        return Cascade("no_answer", (first,), final)
-    head, *rest = name.split(">")
-    pair = tuple(head.split("&"))
-    if len(pair) != 2 or not rest or len(rest) > 2:
-        raise ValueError(f"not a cascade name: {name!r} (a&b>c, a&b>c>d or a?>c)")
-    return Cascade("pair", pair, rest[0]) if len(rest) == 1 else Cascade("three", (*pair, rest[0]), rest[1])
+def decide(cascade: Cascade, answers: dict[str, str | None]) -> tuple[list[str], str, str]:
+    """(tiers consulted, the tool that ends, its tier) given each tier's answer under `cascade`'s rule: 'submit'
+    adopts the answer that tier gave, 'answer' calls it."""
+    c = cascade.consult
+    if cascade.kind == "no_answer":
+        return ([c[0]], "submit", c[0]) if fold(answers.get(c[0])) is not None else ([c[0]], "answer", cascade.final)
+    if agree(answers.get(c[0]), answers.get(c[1])):
+        return [c[0], c[1]], "submit", c[0]
+    if cascade.kind == "pair":
+        return [c[0], c[1]], "answer", cascade.final
+    if agree(answers.get(c[2]), answers.get(c[0])) or agree(answers.get(c[2]), answers.get(c[1])):
+        return list(c), "submit", c[2]
+    return list(c), "answer", cascade.final
 
 
 def hand_cascades(tiers: Sequence[str], cost: dict[str, float]) -> list[Cascade]:
@@ -157,7 +108,7 @@ class Played:
 def play(cascade: Cascade, row: dict[str, Outcome]) -> Played | None:
     """The cascade on one task from its tiers' one-shot outcomes; None when a tier it needs was not explored."""
     answers = {t: o.answer for t, o in row.items()}
-    consulted, tool, tier = cascade.decide(answers)
+    consulted, tool, tier = decide(cascade, answers)
     calls = consulted + ([tier] if tool == "answer" else [])
     if any(t not in row for t in calls):
         return None
@@ -176,17 +127,17 @@ def cascade_outcomes(outcomes: Iterable[Outcome], cascades: Sequence[Cascade]) -
 
 
 def choose(cascade: Cascade):
-    """A scripted router for orchestra/engine/scripted.py: (turn, prompt text) -> the next call, reading the
+    """A scripted router for orchestra/agent/scripted.py: (turn, prompt text) -> the next call, reading the
     prompt's "Expert answers" section (orchestra/agent/prompt.py) as a policy would: the answers themselves."""
 
     def next_call(_turn: int, prompt: str) -> str:
         seen = _answers_in(prompt)
         for tier in cascade.consult:
             if tier not in seen:
-                consulted, _, _ = cascade.decide(seen)
+                consulted, _, _ = decide(cascade, seen)
                 if tier in consulted:
                     return call_text("consult", {"model": tier})
-        _, tool, tier = cascade.decide(seen)
+        _, tool, tier = decide(cascade, seen)
         return call_text(tool, {"model": tier})
 
     return next_call
@@ -206,10 +157,6 @@ def _answers_in(prompt: str) -> dict[str, str | None]:
     return out
 
 
-def is_cascade(name: str) -> bool:
-    return "&" in name or "?>" in name
-
-
 def script_of(plan: Plan):
     """What a scripted engine plays for a plan: a cascade's rule (`choose`, it reads the answers), else the
     plan's fixed calls."""
@@ -221,19 +168,8 @@ def expected_calls(name: str, records: Sequence) -> list[list[str]]:
     are fixed (None here: the caller has them); a cascade's follow from what its consults answered there."""
     cascade = parse(name)
     seen = {r.tool_id: r.result.candidate for r in records if r.name == "consult" and r.result.ok}
-    consulted, tool, tier = cascade.decide(seen)
+    consulted, tool, tier = decide(cascade, seen)
     return [["consult", t] for t in consulted] + [[tool, tier]]
-
-
-def describe(name: str) -> str:
-    """A cascade as the route hint writes it: the calls in order and when it escalates."""
-    c = parse(name)
-    first = ", then ".join(f"consult {t}" for t in c.consult[:2])
-    if c.kind == "no_answer":
-        return f"consult {c.consult[0]}; if no answer, answer {c.final}"
-    if c.kind == "pair":
-        return f"{first}; if they differ, answer {c.final}"
-    return f"{first}; if they differ, consult {c.consult[2]}; if it agrees with neither, answer {c.final}"
 
 
 def as_plan(cascade: Cascade) -> Plan:

@@ -46,8 +46,8 @@ from orchestra.routing import spend
 from orchestra.routing.plans import Outcome, Plan
 from orchestra.routing.text_stats import NAMES as STAT_NAMES
 from orchestra.routing.text_stats import text_stats
-from orchestra.routing.value import expected_value
 from orchestra.types import Preference, Task
+from orchestra.value import expected_value
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -96,7 +96,7 @@ class Expected:
 
 def expected_reward(exp: Expected, plans: Sequence[Plan], pref: Preference, cost_scale: float,
                     latency_scale: float) -> np.ndarray:
-    """[tasks, plans] expected `scalar` reward under one preference vector (orchestra/routing/value.py)."""
+    """[tasks, plans] expected `scalar` reward under one preference vector (orchestra/value.py)."""
     return expected_value(exp.p_correct, exp.cost_usd, exp.latency_s, [p.tool_counts() for p in plans], pref,
                           cost_scale, latency_scale)
 

@@ -1,6 +1,6 @@
 """Exploration: every plan played once on each of a set of tasks, through the real agent loop and tools.
 
-The episodes are scripted (orchestra/engine/scripted.py) and scored like any evaluation episode
+The episodes are scripted (orchestra/agent/scripted.py) and scored like any evaluation episode
 (orchestra/eval/runner.py: judged, priced, the `scalar` rubric), so an outcome row says what that route
 really did on that task: right or wrong, $ and seconds. One exploration serves the estimator router's fit and
 every preference vector of the expected-value teacher. Results are appended to `results_path` as they finish,

@@ -1,51 +1,23 @@
-"""Route hints: the estimator router's per-plan estimates shown to the policy in its prompt (`agent.route_hints`).
+"""Route hints, the router's side: each task's per-plan estimates stored where the prompt reads them.
 
-A 1M-parameter policy cannot read a question well enough to tell which model will get it right: on recorded
-routing logs it learned one plan per preset while its teacher's labels differed per question. The estimator router
-can (a sentence embedding and per-plan fits). So every task carries the router's estimates in
-`task.meta[HINT_KEY]` (P(correct), $ and seconds per plan, and the reward scales), and the prompt shows one line
-computed from them under the task's own preference vector:
-
-    Router (odds high): answer answer-2.
-
-the plan of highest expected reward, written as the calls the policy would write, and how likely that plan is to
-be right (one single-token word per band of P(correct)). An adaptive plan (orchestra/routing/cascade.py) is written as
-its rule: "Router (odds high): consult answer-2, then consult answer-3; if they differ, answer answer-1." The line has a fixed length for one-call plans and the
-plan comes last, so the tier id stands at a fixed distance from the policy's own tool call, and the preference
-words above it at a fixed distance too: a 2-layer policy reads by position. The intent: a policy that copies the
-line routes per question as well as its teacher, and RL learns where deviating pays. Measured (docs/quality.md,
-"Per-question routing by the policy"): on MMLU-Pro replay the tiny policy copies it once the tool catalogue, which
-lists every tier id, is left out of the prompt (`agent.tool_catalogue: none`) and SFT runs long enough (400 steps):
-89-100 % agreement with the router per question; with the catalogue it did not. The line follows the preference, so
-one task's estimates serve every vector it is rolled out under (preference-paired GRPO, sampled vectors).
-
-Whose estimates a task carries (cluster/warm_start.py, cluster/trainer.py, actors/serve/wiring.py): training tasks
-the router was fitted on carry cross-fitted ones (from a fit that never saw the task's own outcomes, as the
-teacher's labels are), other tasks the fitted router's own.
+The prompt shows the policy one line computed from these estimates under the task's own preference vector
+(`agent.route_hints`; the line, why it looks as it does and what it measured: orchestra/agent/hints.py). This module
+writes them: `attach` stores row i of a router's Expected in tasks[i].meta[HINT_KEY].
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
-import numpy as np
-
-from orchestra.routing.cascade import describe, is_cascade
-from orchestra.routing.value import expected_value
+from orchestra.agent.hints import HINT_KEY
+from orchestra.routing.estimator import Expected
+from orchestra.routing.plans import Plan
 from orchestra.types import Task
 
-HINT_KEY = "route_estimates"
-# P(correct) bands of the suggested plan, highest first: one token each in the tiny tokenizer (the preference's
-# level words), so every one-call hint has the same length
-CONFIDENCE = ((0.8, "high"), (0.6, "medium"), (0.4, "low"), (0.0, "minimal"))
 
-
-def attach(tasks: Sequence[Task], exp: Any, plans: Sequence[Any], cost_scale: float, latency_scale: float) -> None:
-    """Store row i of `exp` (routing.estimator.Expected) in tasks[i].meta[HINT_KEY], the plans being
-    routing.plans.Plan (in place: the caller's task objects carry them on). Duck-typed: the prompt builder imports
-    this module, and the estimator's imports lead back to it."""
+def attach(tasks: Sequence[Task], exp: Expected, plans: Sequence[Plan], cost_scale: float, latency_scale: float
+           ) -> None:
+    """Store row i of `exp` in tasks[i].meta[HINT_KEY] (in place: the caller's task objects carry them on)."""
     if len(tasks) != exp.p_correct.shape[0]:
         raise ValueError(f"route hints: {exp.p_correct.shape[0]} estimate rows for {len(tasks)} tasks")
     calls = [[list(c) for c in p.calls] for p in plans]
@@ -56,29 +28,3 @@ def attach(tasks: Sequence[Task], exp: Any, plans: Sequence[Any], cost_scale: fl
             "cost_usd": [float(f"{v:.4g}") for v in exp.cost_usd[i]],
             "latency_s": [round(float(v), 3) for v in exp.latency_s[i]],
             "cost_scale": float(cost_scale), "latency_scale": float(latency_scale)}
-
-
-def suggestion(task: Task) -> tuple[str, list[list[str]], float] | None:
-    """The plan of highest expected reward under `task.pref` (accuracy alone when empty): its name, its
-    (tool, tier) calls and its P(correct); None when the task carries no estimates."""
-    est: dict[str, Any] | None = task.meta.get(HINT_KEY)
-    if not est:
-        return None
-    counts = [Counter(tier for _tool, tier in calls) for calls in est["calls"]]
-    p = np.array([est["p_correct"]], dtype=float)
-    ev = expected_value(p, np.array([est["cost_usd"]], dtype=float), np.array([est["latency_s"]], dtype=float),
-                        counts, task.pref or {"accuracy": 1.0}, est["cost_scale"], est["latency_scale"])[0]
-    best = int(np.argmax(ev))  # ties: the earlier plan, as the router's own choice
-    return est["plans"][best], est["calls"][best], float(p[0, best])
-
-
-def hint_text(task: Task) -> str:
-    """The prompt line ("" without estimates)."""
-    found = suggestion(task)
-    if found is None:
-        return ""
-    name, calls, p = found
-    word = next(w for bound, w in CONFIDENCE if p >= bound)
-    if is_cascade(name):  # an adaptive plan: its consults, and when it escalates
-        return f"Router (odds {word}): {describe(name)}."
-    return f"Router (odds {word}): " + ", then ".join(f"{tool} {tier}" for tool, tier in calls) + "."

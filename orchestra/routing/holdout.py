@@ -31,6 +31,7 @@ from orchestra.routing.estimator import Expected, RouteEstimator, expected_rewar
 from orchestra.routing.family import FamilyRouter
 from orchestra.routing.plans import Outcome, Plan
 from orchestra.types import Preference, Task
+from orchestra.value import scalar_value
 
 USD_SWEEP = (0.0, *(10.0 ** (k / 4) for k in range(-12, 13)))  # cost weights, as cluster/yardstick.py sweeps them
 PRESETS = ("accuracy-first", "balanced", "cost-first")
@@ -59,9 +60,9 @@ class Recorded:
 
 def reward(pref: Preference, correct: np.ndarray, cost: np.ndarray, latency: np.ndarray, cost_scale: float,
            latency_scale: float) -> np.ndarray:
-    """The `scalar` rubric per episode of one call (no tool weights: every plan here is one `answer` call)."""
-    return (pref.get("accuracy", 0.0) * correct - pref.get("cost", 0.0) * cost / cost_scale
-            - pref.get("latency", 0.0) * latency / latency_scale)
+    """The `scalar` rubric per episode of one call (orchestra/value.py; no tool weights: every plan here is one
+    `answer` call)."""
+    return scalar_value(pref, correct, cost, latency, cost_scale, latency_scale)
 
 
 def picks(exp: Expected, plans: Sequence[Plan], pref: Preference, cost_scale: float, latency_scale: float

@@ -6,7 +6,7 @@ orchestrator can take is one plan, so "which route suits this task under this pr
 among a few named plans (cpu_tiny: 12).
 
 Exploration plays every plan once on each training task through the real agent loop and tools (scripted
-engines, orchestra/scripted.py), scored like any episode; the resulting `Outcome` rows (correct, $, seconds per
+engines, orchestra/agent/scripted.py), scored like any episode; the resulting `Outcome` rows (correct, $, seconds per
 task and plan) are the data the estimator router is fitted on. On replay zoos they are the recorded outcomes.
 """
 
@@ -75,3 +75,9 @@ class Outcome:
         answer = r.get("answer")
         return cls(str(r["task_id"]), str(r["policy"]), bool(r["correct"]), float(r["cost_usd"]),
                    float(r["latency_s"]), int(r.get("seed", 0)), None if answer is None else str(answer))
+
+
+def plan_scripts(schemas: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Plan name -> tool-call texts of every plan `enumerate_plans` lists: what the family-router bound
+    (orchestra/eval/routing_bound.py) runs where outcomes are not recorded."""
+    return {plan.name: plan.texts() for plan in enumerate_plans(schemas)}

@@ -124,7 +124,7 @@ class EstimatorRouter:
         served); the engine's `route` holds the choice and every candidate's estimates, with the expert each tier
         maps to (the response's `orchestra.router` in Serve). Refuses (ValueError, naming it) a tier this router has
         no plan for or the caller does not serve (`served`: tier -> expert)."""
-        from orchestra.engine.scripted import script_engine
+        from orchestra.agent.scripted import script_engine
         from orchestra.routing.cascade import is_cascade, script_of
 
         plans = self.single_call_plans(tiers)

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from orchestra.config.training import CRITERIA
+
 # C above 3 never won on RouterArena or MMLU-Pro (400-650 tasks, 384-d embeddings: nearly separable there, so
 # lbfgs also runs long): left out
 GRID_C = (0.1, 0.3, 1.0, 3.0)
@@ -60,7 +62,6 @@ EPS = 1e-6  # log-loss clip: one confident miss should cost a lot, not infinity
 # the routing criterion's $ weights, per unit of the priciest plan's mean $: 0 (accuracy alone), then quarter
 # decades from 0.01 (a nearly free plan ladder) to 10 (the cheapest plan almost always): the range a cost sweep spans
 ROUTING_WEIGHTS = (0.0,) + tuple(10.0 ** (e / 4) for e in range(-8, 5))
-CRITERIA = ("log_loss", "routing")
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,2 @@
-"""What a run directory holds: checkpoints (checkpoint.py), metrics (tracking.py), episode records (records.py)."""
+"""What a run directory holds (floor 2 of the core: it reads only jsonl.py): checkpoints (checkpoint.py), metrics
+(tracking.py), episode records (records.py)."""

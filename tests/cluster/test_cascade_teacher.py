@@ -8,15 +8,15 @@ from __future__ import annotations
 import pytest
 
 from cluster.warm_start import cascade_episodes
+from orchestra.agent.consults import agree
 from orchestra.agent.prompt import restatement
 from orchestra.config import load_config, task_tiers
 from orchestra.data.demos import scripted_trajectories
 from orchestra.data.sources import build_task_set
+from orchestra.engine import eos_token_ids
 from orchestra.eval.escalation import escalation
 from orchestra.policy.models import config_tokenizer
-from orchestra.policy.tokenizer import eos_token_ids
 from orchestra.preferences import PRESETS, is_among
-from orchestra.routing.cascade import agree
 from tools.base import LocalToolClient
 from tools.registry import build_tools, zoo_dict
 

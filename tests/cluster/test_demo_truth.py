@@ -32,13 +32,13 @@ def trained_run(tmp_path_factory):
     import torch
 
     from actors.learner import Learner
+    from orchestra.agent.scripted import call_text
     from orchestra.config import load_config, task_tiers
     from orchestra.config.load import save_config
     from orchestra.data.demos import scripted_samples, sft_batches, sft_lr
     from orchestra.data.synth.template import generate_tasks, split_of
-    from orchestra.engine.scripted import call_text
+    from orchestra.engine import eos_token_ids
     from orchestra.policy.models import load_policy_from_config
-    from orchestra.policy.tokenizer import eos_token_ids
     from orchestra.preferences import preset
     from orchestra.rundir import checkpoint
     from tools.base import LocalToolClient

@@ -22,12 +22,11 @@ from cluster.replay import main as replay_main
 from orchestra.agent.loop import AgentLoop
 from orchestra.agent.prompt import Prompter
 from orchestra.config import load_config, to_yaml
-from orchestra.engine import Sampling
+from orchestra.engine import Sampling, eos_token_ids
 from orchestra.engine.hf import HFEngine
 from orchestra.engine.sampling import inverse_cdf, sample_rows
 from orchestra.engine.ties import compare_runs, judge
 from orchestra.policy.models import load_policy
-from orchestra.policy.tokenizer import eos_token_ids
 from orchestra.rundir import records as episodes
 from orchestra.types import Trajectory
 from reward.score import score_group

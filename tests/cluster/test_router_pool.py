@@ -54,10 +54,10 @@ def test_only_the_expected_value_teacher_takes_extra_tasks(preset):
 def test_the_router_is_fitted_on_the_pool_and_the_teacher_labels_training_tasks_only(preset, tmp_path):
     from cluster.progress import Bars
     from cluster.warm_start import teacher_samples
+    from orchestra.agent.hints import HINT_KEY
     from orchestra.data.tasks import load_tasks
     from orchestra.policy.models import load_tokenizer
     from orchestra.routing.estimator import RouteEstimator
-    from orchestra.routing.hints import HINT_KEY
     from tools.base import LocalToolClient
     from tools.registry import build_tools
 

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
+from orchestra.agent.scripted import call_text
 from orchestra.data.demos import demo_samples, label_repeats, scripted_samples
 from orchestra.data.synth.template import generate_tasks
-from orchestra.engine.scripted import call_text
 from tests.helpers.fakes import ByteTokenizer
 
 TARGET = "answer-math-2"

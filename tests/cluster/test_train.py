@@ -124,8 +124,8 @@ def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
     assert summary["heldout_reward_gain_lo"] <= summary["heldout_reward_gain"] <= summary["heldout_reward_gain_hi"]
     assert [p["cost_weight"] for p in summary["unseen_sweep"]["points"]] == list(SWEEP_COSTS)  # vectors no training used
     # route hints: every task, training and held-out, carries the router's estimates in the saved task files
+    from orchestra.agent.hints import HINT_KEY, hint_text
     from orchestra.data.tasks import load_tasks
-    from orchestra.routing.hints import HINT_KEY, hint_text
 
     for name in ("train", "heldout"):
         saved = load_tasks(run / "data" / f"{name}.jsonl")

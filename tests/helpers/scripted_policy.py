@@ -18,7 +18,7 @@ def scripted_engine(model: Any, tokenizer: Any, script: list[str] | None = None,
 def fixed_route(model: Any, tokenizer: Any, plan: tuple[str, ...] = ("answer:answer-2",), **_: Any) -> Any:
     """`engine.kind=tests.helpers.scripted_policy:fixed_route`: a policy blind to its preference by construction (every
     episode plays `plan`, whatever the prompt says): a run that loses the preference, for the run's verdict."""
-    from orchestra.engine.scripted import plan_engine
+    from orchestra.agent.scripted import plan_engine
 
     return Unlearning(plan_engine(model, tokenizer, plan=list(plan)))
 
@@ -34,8 +34,8 @@ def cost_reader(model: Any, tokenizer: Any, **_: Any) -> Any:
     (one answer call, its tier read off the prompt's cost word): a run whose verdict must pass."""
     import re
 
-    from orchestra.engine.scripted import RouterEngine, call_text
-    from orchestra.policy.tokenizer import eos_token_ids
+    from orchestra.agent.scripted import RouterEngine, call_text
+    from orchestra.engine import eos_token_ids
 
     def choose(_turn: int, prompt: str) -> str:
         words = re.findall(r"Priorities: cost (\w+)", prompt)

@@ -34,8 +34,8 @@ def agent_prompts(checkpoint: Path, n: int) -> tuple[list[list[int]], list[int]]
     """n first-turn prompts as the agent loop encodes them (system prompt, tool catalogue, question), and the
     policy's stop ids."""
     from orchestra.agent.prompt import Prompter
+    from orchestra.engine import eos_token_ids
     from orchestra.policy.models import load_tokenizer
-    from orchestra.policy.tokenizer import eos_token_ids
     from tests.helpers.fakes import FakeTool, make_task
 
     tok = load_tokenizer(str(checkpoint))

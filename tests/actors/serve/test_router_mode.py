@@ -221,7 +221,7 @@ def test_a_served_policy_trained_on_route_hints_reads_its_runs_router(router, tm
     router's suggestion under the request's own preference; no router under the checkpoint is refused."""
     from actors.serve.api import ChatRequest
     from actors.serve.wiring import hint_attacher
-    from orchestra.routing.hints import HINT_KEY, hint_text
+    from orchestra.agent.hints import HINT_KEY, hint_text
 
     monkeypatch.setattr("tools.retrieval.dense.embed_texts", lambda _model_dir, _dtype: embed)
     with pytest.raises(ValueError, match="route_hints"):

@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
+from orchestra.agent.consults import agree
 from orchestra.agent.loop import AgentLoop
 from orchestra.agent.prompt import Prompter
 from orchestra.config import load_config
 from orchestra.engine import Sampling
-from orchestra.routing.cascade import agree
 from orchestra.types import Task
 from reward.judges import judge
 from tests.helpers.fakes import ByteTokenizer, ScriptedEngine, call_text

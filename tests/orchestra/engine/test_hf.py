@@ -9,11 +9,10 @@ import importlib.util
 import pytest
 import torch
 
-from orchestra.engine import Engine, Sampling
+from orchestra.engine import Engine, Sampling, eos_token_ids
 from orchestra.engine.hf import HFEngine
 from orchestra.engine.sampling import filter_top_k_top_p, inverse_cdf
 from orchestra.policy.models import load_policy
-from orchestra.policy.tokenizer import eos_token_ids
 
 GREEDY = Sampling(max_tokens=12, temperature=0.0)
 # The untrained tiny model's greedy output repeats one token; seeded sampling gives varied, reproducible tokens.

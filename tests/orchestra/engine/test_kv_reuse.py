@@ -12,11 +12,10 @@ from transformers.cache_utils import DynamicLayer
 
 from orchestra.agent.loop import AgentLoop
 from orchestra.agent.prompt import Prompter
-from orchestra.engine import Sampling
+from orchestra.engine import Sampling, eos_token_ids
 from orchestra.engine.hf import HFEngine
 from orchestra.engine.kv_reuse import BLOCK, GrowingLayer, PrefixStore, use_native_gqa
 from orchestra.policy.models import load_policy
-from orchestra.policy.tokenizer import eos_token_ids
 from tests.helpers.fakes import FakeTool, make_task
 from tools.base import LocalToolClient
 

@@ -14,9 +14,9 @@ from orchestra.eval.routing_bound import (
     cheapest_reaching,
     family_frontier,
     outcomes_of_episodes,
-    plan_scripts,
     recorded_outcomes,
 )
+from orchestra.routing.plans import plan_scripts
 
 
 def test_hand_computed_two_families():
@@ -76,8 +76,8 @@ def test_mmlu_pro_replay_records(shared_data):
 
 
 def test_plan_scripts_and_outcomes_of_episodes():
+    from orchestra.agent.scripted import call_text
     from orchestra.config import load_config
-    from orchestra.engine.scripted import call_text
     from tools.base import LocalToolClient
     from tools.registry import build_tools
 

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from orchestra.config import TinyModelConfig
-from orchestra.engine import Sampling
+from orchestra.engine import Sampling, eos_token_ids
 from orchestra.engine.hf import HFEngine
 from orchestra.policy import models, tokenizer
 from orchestra.policy.models import load_policy, load_tokenizer
-from orchestra.policy.tokenizer import SPECIAL_TOKENS, TOOL_TOKENS, eos_token_ids
+from orchestra.policy.tokenizer import SPECIAL_TOKENS, TOOL_TOKENS
 
 SCHEMAS = [{"type": "function", "function": {
     "name": "answer", "description": "Give the final answer (answer-1: gpt-5, $1.25/$10 per Mtok, ~9s).",

@@ -117,7 +117,7 @@ def test_frontier_cascades_keep_only_those_no_single_tier_beats():
 
 
 def test_a_cascade_hint_names_its_rule_and_its_calls_follow_the_answers():
-    from orchestra.routing.hints import HINT_KEY, hint_text
+    from orchestra.agent.hints import HINT_KEY, hint_text
     from orchestra.routing.plans import Plan
 
     c = cc.Cascade("pair", ("answer-4", "answer-3"), "answer-1")

@@ -1,5 +1,6 @@
-"""Route hints (orchestra/routing/hints.py): the estimator router's estimates carried by a task and the prompt line
-they give under the task's own preference, the same choice the router itself makes."""
+"""Route hints (orchestra/routing/hints.py attaches them, orchestra/agent/hints.py renders the line): the estimator
+router's estimates carried by a task and the prompt line they give under the task's own preference, the same choice
+the router itself makes."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+from orchestra.agent.hints import HINT_KEY, hint_text, suggestion
 from orchestra.agent.prompt import Prompter
 from orchestra.preferences import PRESETS
 from orchestra.routing.estimator import Expected, expected_reward
-from orchestra.routing.hints import HINT_KEY, attach, hint_text, suggestion
+from orchestra.routing.hints import attach
 from orchestra.routing.plans import Plan
 from orchestra.types import Task
 from tests.helpers.fakes import ByteTokenizer
@@ -73,9 +75,9 @@ def test_route_hints_need_the_expected_value_teacher():
 def test_one_call_hints_have_one_length_in_the_tiny_tokenizer():
     """The tiny policy reads by position: every band's word is one token, so the tier id and the preference words
     above the hint keep their distance from the policy's tool call whatever the odds."""
+    from orchestra.agent.hints import CONFIDENCE
     from orchestra.config import load_config
     from orchestra.policy.models import load_tokenizer
-    from orchestra.routing.hints import CONFIDENCE
 
     m = load_config(["experiment=cpu_tiny"]).model
     tok = load_tokenizer(m.name, tiny=m.tiny, cache_dir=m.cache_dir, chat_template=m.chat_template)

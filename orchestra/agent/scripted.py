@@ -96,7 +96,7 @@ class _PlanCodec:
 
 
 def plan_engine(model: Any, tokenizer: Any, *, plan: list[str], eos_token_id: int | None = None) -> RouterEngine:
-    """An `engine.kind` factory (actors/rollout_worker.build_engine, `orchestra.engine.scripted:plan_engine`) for
+    """An `engine.kind` factory (actors/rollout_worker.build_engine, `orchestra.agent.scripted:plan_engine`) for
     benchmarks: every episode follows `plan`, entries `tool:tier` (e.g. "search:search-3", "answer:answer-4").
     One engine serves many concurrent episodes, so the step is read from the prompt instead of counted: the next
     step is the first whose trace the prompt lacks. Reprompt context mode only; `model` is unused."""
@@ -109,7 +109,7 @@ def plan_engine(model: Any, tokenizer: Any, *, plan: list[str], eos_token_id: in
     if not steps:
         raise ValueError("plan is empty")
     if eos_token_id is None:
-        from orchestra.policy.tokenizer import eos_token_ids
+        from orchestra.engine import eos_token_ids
 
         eos_token_id = eos_token_ids(tokenizer)[0]
 
