@@ -81,14 +81,15 @@ def served_app(monkeypatch, settings: dict, tier: str):
     from actors.serve.api import settings_from_dict
     from actors.serve.http import create_api
     from actors.serve.wiring import build_service
+    from orchestra import engine
     from orchestra.engine import hf
-    from orchestra.policy import models, tokenizer
+    from orchestra.policy import models
 
     tok = ByteTokenizer()
     monkeypatch.setattr(models, "load_policy", lambda *a, **k: (SimpleNamespace(device="cpu"), tok))
     monkeypatch.setattr(hf.HFEngine, "from_model",
                         classmethod(lambda cls, m, t, **k: ScriptedEngine(t, lambda _p: call_text("answer", model=tier))))
-    monkeypatch.setattr(tokenizer, "eos_token_ids", lambda t: [t.eos_token_id])
+    monkeypatch.setattr(engine, "eos_token_ids", lambda t: [t.eos_token_id])
     # room for the whole tool call in byte tokens (the routing-log preset gives a BPE policy 48); the scripted policy
     # reads no route hint, and these runs have no router to attach one from (tests/actors/serve/test_router_mode.py
     # serves a run with hints)
