@@ -34,7 +34,6 @@ KEY_FILE = Path("runs") / "serve_api_key"
 DEFAULTS = {"url": "http://127.0.0.1:8000", "presets": "accuracy-first,cost-first", "model": "orchestra",
             "question": "What is 17 * 23?"}
 LABEL = 8  # width of the row-label column
-POLICIES = {"model": "the served model", "estimator": "the run's estimator router"}
 
 
 def api_key() -> str:
@@ -228,9 +227,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for r in results:
         r["check"] = check(args["question"], r)
+    from orchestra.routing import registry
+
     policy = results[0].get("policy")
+    about = {p.name: p.about for p in registry.among("serve")}  # the served model, the run's estimator router, ...
     print(f"Q: {args['question']}")
-    print(f"routed by {POLICIES.get(policy, policy or 'the server')}, greedily (temperature 0), under "
+    print(f"routed by {about.get(policy, policy or 'the server')}, greedily (temperature 0), under "
           f"{len(presets)} preset{'s' * (len(presets) > 1)}\n")
     print(side_by_side(columns(results), min(max(shutil.get_terminal_size((100, 24)).columns, 72), 140)))
     routes = {route(r) for r in results}

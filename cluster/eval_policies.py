@@ -2,9 +2,10 @@
 (cluster/evaluate.py) and τ² (cluster/tau2_eval.py) share.
 
 `policy_tokenizer` and `policy_engines` load the evaluated checkpoint (`checkpoint=`) and the untrained base
-(`base=true`) as in-process HF engines; `run_router` loads the estimator router (orchestra/routing/), a policy of
-its own; `all_failed` is the message to stop with when every episode ended in an error (a report of zeros would
-read as a bad policy). The fixed baselines are orchestra/eval/baselines.py's.
+(`base=true`) as in-process HF engines; `run_routers` loads the learned routing policies a run saved (the estimator
+router; orchestra/routing/registry.py names them all), policies of their own; `all_failed` is the message to stop
+with when every episode ended in an error (a report of zeros would read as a bad policy). The fixed baselines are
+orchestra/eval/baselines.py's.
 """
 
 from __future__ import annotations
@@ -56,16 +57,19 @@ def policy_engines(cfg: Any, own: dict[str, str], tok: Any) -> dict[str, Any]:
     return engines
 
 
-def run_router(own: dict[str, str]) -> Any:
-    """The EstimatorRouter of own `estimator` (a run dir; an error when it has none) or else of the evaluated
-    checkpoint's run (`<run_dir>/router/`, written by an expected-value warm start); None when neither has one."""
-    from orchestra.routing.router import EstimatorRouter, find_router, has_router
+def run_routers(own: dict[str, str]) -> dict[str, Any]:
+    """name -> router of the learned policies evaluation offers (orchestra/routing/registry.py: the estimator router)
+    saved in own `estimator` (a run dir; an error when it holds none) or else in the evaluated checkpoint's run
+    (`<run_dir>/router/`, written by an expected-value warm start); {} when neither holds one."""
+    from orchestra.routing import registry
     from tools.retrieval.dense import embed_texts
 
+    learned = registry.among("eval", "learned")
     spec = own.get("estimator")
     if spec:
-        if not has_router(spec):
+        loaded = registry.load_saved(spec, embed_texts, learned)
+        if not loaded:
             raise SystemExit(f"estimator={spec}: no estimator router there (expected {spec}/router/estimator.json)")
-        return EstimatorRouter.load(spec, embed_texts)
-    found = find_router(own["checkpoint"]) if own.get("checkpoint") else None
-    return EstimatorRouter.load(found, embed_texts) if found else None
+        return loaded
+    found = registry.find_saved(own["checkpoint"], learned) if own.get("checkpoint") else None
+    return registry.load_saved(found, embed_texts, learned) if found else {}

@@ -9,15 +9,16 @@ Own keys (everything else is a config override, e.g. experiment=mmlu_pro_replay 
               baselines alone; not given: the run beside run_dir with the newest good checkpoint, in the
               experiment it was trained in (so `make eval` right after `make train` needs no argument)
   base        true: also the untrained base policy (model.name, seeded) as a baseline
-  estimator   the estimator router (orchestra/routing/) as a policy under every preference: a run dir (or
-              its router/ dir); default: the evaluated run's own router when it has one; `estimator=` none
+  estimator   the run's learned routers (the estimator router; orchestra/routing/registry.py, where=eval) as
+              policies under every preference: a run dir (or its router/ dir); default: the evaluated run's own
+              when it has them; `estimator=` none
   dataset     template | Task file | loader:<name>:<path> | tau2:<domain>[:<version>[:<tasks.json>]]
               (default: data.source); held-out split. τ²: cluster/tau2_eval.py (seeds are trials: pass^1..pass^k)
   n           number of tasks (default eval.n_tasks)
   preference  a preset name, `all` (every preset; the orchestrator runs under each), or weights a=1,cost=.5
   seeds       k seeds (0..k-1; sim experts and sampling vary with the seed)
-  baselines   comma list of strongest,cheapest,random,heuristic,oracle (default: all but oracle, plus
-              oracle when the zoo replays recorded outcomes)
+  baselines   comma list of the registry's fixed policies: strongest,cheapest,random,heuristic,oracle (default:
+              all but oracle, plus oracle when the zoo replays recorded outcomes)
   out         output directory (default <run_dir>/eval)
   tool_servers true: tools run in Ray tool-server actors (actors/tool_server.py, one set per seed, on the
               cluster of cluster.address / $RAY_ADDRESS or a local one); default: in-process tools
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.serve.binding import run_config
-from cluster.eval_policies import all_failed, policy_engines, policy_tokenizer, run_router
+from cluster.eval_policies import all_failed, policy_engines, policy_tokenizer, run_routers
 from cluster.runs import newest_run
 from cluster.tau2_eval import run_tau2
 from orchestra.config import ConfigError, task_tiers
@@ -97,11 +98,28 @@ def tool_server_clients(cfg: Any, corpus: list, seeds: list[int], tasks: list) -
     return clients
 
 
+def policy_list(own: dict[str, str], learned: dict[str, Any], engines: dict[str, Any], replay: bool
+                ) -> tuple[list[str], dict[str, Any]]:
+    """(the policies an evaluation runs, name -> task -> script of the learned ones among them), by the registry
+    (orchestra/routing/registry.py, where=eval): the evaluated checkpoint first, then the run's learned routers
+    (`learned`: cluster/eval_policies.run_routers; none with `estimator=`), the fixed baselines (own `baselines`,
+    in its order; default: every fixed policy, the replay-only ones on replay zoos only), the base policy last."""
+    from orchestra.routing import registry
+
+    default = [p.name for p in registry.among("eval", "fixed") if replay or not p.replay_only]
+    fixed = [b for b in own.get("baselines", ",".join(default)).split(",") if b]
+    routers = {name: r.script for name, r in learned.items()} if own.get("estimator") != "" else {}
+    ordered = registry.among("eval")  # the model policies the registry lists before its fixed ones run first
+    cut = next((i for i, p in enumerate(ordered) if p.kind == "fixed"), len(ordered))
+    head, tail = ([p.name for p in part if p.kind == "model" and p.name in engines]
+                  for part in (ordered[:cut], ordered[cut:]))
+    return [*head, *routers, *fixed, *tail], routers
+
+
 def build(cfg: Any, own: dict[str, str]):
     """Everything the Evaluator needs: (evaluator, tasks, policies, preferences, seeds)."""
     from orchestra.agent.prompt import Prompter
     from orchestra.engine import eos_token_ids
-    from orchestra.eval.baselines import BASELINES
     from orchestra.eval.runner import Evaluator
     from orchestra.preferences import PRESETS, parse_preference
     from reward.score import episode_scorer
@@ -113,10 +131,11 @@ def build(cfg: Any, own: dict[str, str]):
     seeds = list(range(int(own.get("seeds", cfg.eval.seeds))))
     tok = policy_tokenizer(cfg, own)
     prompter = Prompter(tok, **a.prompter_kwargs())
-    # the run's estimator router, loaded once: a policy of its own (unless estimator= turns it off) and, with
-    # route hints, what the policy reads
+    # the run's learned routers (the estimator router), loaded once: policies of their own (unless estimator= turns
+    # them off) and, with route hints, what the policy reads (the estimator's estimates)
     hints = a.route_hints and bool(own.get("checkpoint"))  # `checkpoint=`: the baselines alone read no prompt
-    router = run_router(own) if hints or own.get("estimator") != "" else None
+    learned = run_routers(own) if hints or own.get("estimator") != "" else {}
+    router = learned.get("estimator")
     if hints:  # the policy was trained reading its run's router's suggestion: the same router's here
         if router is None:
             raise SystemExit("agent.route_hints=true: the policy reads its run's estimator router, and no router "
@@ -130,16 +149,8 @@ def build(cfg: Any, own: dict[str, str]):
                                                   retriever=retriever)) for s in seeds}
     experts = build_experts(z)
     replay = any(e.kind == "replay" for e in z.experts.values())
-    default = [b for b in BASELINES if b != "oracle" or replay]
-    policies = [b for b in own.get("baselines", ",".join(default)).split(",") if b]
     engines = policy_engines(cfg, own, tok)
-    routers = {"estimator": router.script} if router is not None and own.get("estimator") != "" else {}
-    if routers:
-        policies.insert(0, "estimator")
-    if "orchestrator" in engines:
-        policies.insert(0, "orchestrator")
-    if "base" in engines:
-        policies.append("base")
+    policies, routers = policy_list(own, learned, engines, replay)
     spec = own.get("preference", cfg.eval.preference)
     prefs = dict(PRESETS) if spec == "all" else {spec: parse_preference(spec)}
     if spec == "all":  # the first entry is the one fixed routers run under

@@ -287,13 +287,13 @@ def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, token
     from orchestra.engine import eos_token_ids
     from orchestra.eval.runner import Evaluator
     from orchestra.eval.stats import summarize
-    from orchestra.routing.router import EstimatorRouter, has_router
+    from orchestra.routing import registry
     from reward.score import episode_scorer
     from tools.retrieval.dense import embed_texts
 
-    if not has_router(run_dir):
+    router = registry.load_saved(run_dir, embed_texts, [registry.get("estimator")]).get("estimator")
+    if router is None:
         return {}
-    router = EstimatorRouter.load(run_dir, embed_texts)
     r, m, eos = cfg.reward, cfg.model, eos_token_ids(tokenizer)
     ev = Evaluator(tokenizer, Prompter(tokenizer, **cfg.agent.prompter_kwargs()), {0: tools}, eos[0],
                    agent_kwargs={**cfg.agent.loop_kwargs(), "eos_token_ids": eos},

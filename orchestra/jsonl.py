@@ -11,7 +11,11 @@ The writer keeps non-ASCII text readable (`ensure_ascii=False`) but writes U+008
 surrogates as \\u escapes: the file then splits correctly under any line splitter, and always encodes as UTF-8
 (json.dumps already escapes \\n, \\r and the other control characters). Appends start on a fresh line when the file
 ends in a torn line (a crash mid-write), so the torn fragment costs only itself.
-Left to callers: what a record holds, and their own error wording (JSONLError carries path, line, msg, column).
+`read_json` reads a whole-file JSON value of an expected kind (a list of rows, an object): the one reader of the
+.json files beside the .jsonl ones (routing logs, retrieval questions, τ² domain files); its JSONFileError names the
+file and what was wrong (missing, malformed at line and column, or the wrong kind of value).
+Left to callers: what a record holds, and their own error wording (JSONLError and JSONFileError carry path, line,
+msg, column).
 """
 
 from __future__ import annotations
@@ -37,6 +41,17 @@ class JSONLError(ValueError):
     def __init__(self, path: str | Path, lineno: int, msg: str, colno: int):
         self.path, self.lineno, self.msg, self.colno = path, lineno, msg, colno
         super().__init__(f"{path}:{lineno}: not JSON ({msg}: column {colno})")
+
+
+class JSONFileError(ValueError):
+    """A JSON file that is missing, malformed (`lineno`, `colno` set) or holds another kind of value than expected:
+    `path: line n: malformed JSON (msg: column c)`, `path: no such file`, `path: expected a JSON list, got a JSON
+    dict`. `msg` is the reason without the path."""
+
+    def __init__(self, path: str | Path, msg: str, lineno: int | None = None, colno: int | None = None):
+        self.path, self.msg, self.lineno, self.colno = path, msg, lineno, colno
+        where = f"line {lineno}: " if lineno is not None else ""
+        super().__init__(f"{path}: {where}{msg}")
 
 
 # ---------------------------------------------------------------- reading
@@ -84,6 +99,32 @@ def loads_jsonl(data: bytes | str, name: str = "<jsonl>", *, skip_bad: bool = Fa
     """The values of JSONL text already in memory (e.g. a member of a zip); `name` is what errors call it."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     return [value for _, value in _parse(io.BytesIO(raw), name, skip_bad)]
+
+
+_KIND_NAMES = {list: "list", dict: "object", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def read_json(path: str | Path, kind: type = list, what: str = "") -> Any:
+    """The JSON value of a whole file, which must be a `kind` (list: a JSON list; dict: an object); `what` says what
+    the caller expected in the error ("a JSON list of rows"; default: a JSON <kind>). UTF-8, a leading byte-order mark
+    dropped. Raises JSONFileError naming the file: missing, malformed (line and column), or of another kind."""
+    path = Path(path)
+    if not path.is_file():
+        raise JSONFileError(path, "no such file")
+    raw = path.read_bytes()
+    try:
+        text = raw.removeprefix(_BOM).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise JSONFileError(path, f"not UTF-8 ({e.reason} at byte {e.start})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise JSONFileError(path, f"malformed JSON ({e.msg}: column {e.colno})", e.lineno, e.colno) from None
+    if not isinstance(data, kind):
+        got = "null" if data is None else _KIND_NAMES.get(type(data), type(data).__name__)
+        raise JSONFileError(path, f"expected {what or 'a JSON ' + _KIND_NAMES.get(kind, kind.__name__)}, "
+                                  f"got a JSON {got}")
+    return data
 
 
 # ---------------------------------------------------------------- writing

@@ -44,6 +44,7 @@ class ServeSettings:
     experiment: str = "cpu_tiny"  # conf/experiment preset: model, engine, zoo, agent settings
     overrides: list[str] = field(default_factory=list)  # key=value overrides of that experiment
     checkpoint: str = ""  # training checkpoint dir or HF path; empty: the experiment's model.name
+    # the routing policy (orchestra/routing/registry.py, where=serve):
     # model: the orchestrator LLM plans every turn | estimator: the run's estimator router picks the route
     # (orchestra/routing/; `router` = a run dir holding router/, default: the checkpoint's run) | router: that
     # estimator picks one answer tier and the request is one call of it (docs/serving.md, "Router mode")
@@ -72,14 +73,18 @@ def settings_from_dict(args: dict[str, Any] | None) -> ServeSettings:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from orchestra.routing import registry
+
     try:
         merged = OmegaConf.merge(OmegaConf.structured(ServeSettings), dict(args or {}))
         out: ServeSettings = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "?"
         raise ValueError(f"serve settings: bad key {key!r}: {getattr(e, 'msg', str(e)).splitlines()[0]}") from None
-    if out.policy not in ("model", "estimator", "router"):
-        raise ValueError(f"serve settings: policy must be model, estimator or router, got {out.policy!r}")
+    offered = registry.names("serve")  # orchestra/routing/registry.py: model, estimator, router
+    if out.policy not in offered:
+        raise ValueError(f"serve settings: policy must be {', '.join(offered[:-1])} or {offered[-1]}, "
+                         f"got {out.policy!r}")
     if (out.router_tiers or out.router_threshold is not None) and out.policy != "router":
         raise ValueError("serve settings: router_tiers and router_threshold need policy=router")
     if len(set(out.router_tiers)) != len(out.router_tiers):

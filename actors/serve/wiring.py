@@ -97,30 +97,29 @@ def hint_attacher(settings: ServeSettings) -> Any:
 
 def router_engine(settings: ServeSettings, tok: Any, eos: list[int], tiers: dict[str, str] | None = None,
                   tools: Sequence[str] = ()) -> Any:
-    """policy=estimator: task -> a scripted engine playing the route the estimator router (saved by an
-    expected-value warm start in `<run dir>/router/`) picks under the request's preference; policy=router: one
-    `answer` call of the tier it picks, or, where the served `tools` include consult and submit and the router was
-    fitted with adaptive plans, one of those when it rates higher (EstimatorRouter.single_caller); None for the
-    model. `tiers`: the served tier -> expert mapping."""
-    if settings.policy == "model":
+    """The served routing policy (orchestra/routing/registry.py, where=serve) as task -> engine; None for the model.
+    policy=estimator: a scripted engine playing the route the estimator router (saved by an expected-value warm
+    start in `<run dir>/router/`) picks under the request's preference; policy=router: one `answer` call of the
+    tier it picks, or, where the served `tools` include consult and submit and the router was fitted with adaptive
+    plans, one of those when it rates higher (EstimatorRouter.single_caller). `tiers`: the served tier -> expert
+    mapping."""
+    from orchestra.routing import registry
+
+    policy = registry.get(settings.policy, "serve")
+    if policy.kind == "model":
         return None
     from orchestra.agent.scripted import script_engine
-    from orchestra.routing.router import EstimatorRouter, find_router
     from tools.retrieval.dense import embed_texts
 
     where = settings.router or settings.checkpoint
-    found = find_router(where) if where else None
+    found = registry.find_saved(where, [policy]) if where else None
     if found is None:
         raise ValueError(f"policy={settings.policy}: no estimator router under "
                          f"{where or '(no checkpoint or router given)'}; train with sft.teacher=expected_value "
                          "(make train does) or set router=<run dir>")
-    router = EstimatorRouter.load(found, embed_texts)
-    if settings.policy == "router":
-        # the cascade router where the served catalogue lets it read answers (consult + submit)
-        adaptive = {"consult", "submit"} <= set(tools)
-        return router.single_caller(tok, eos[0], tiers, settings.router_tiers, settings.router_threshold,
-                                    cascades=adaptive)
-    return lambda task: script_engine(tok, router.script(task), eos[0])
+    router = registry.load_saved(found, embed_texts, [policy])[policy.name]
+    return policy.serve(router, registry.Serving(lambda script: script_engine(tok, script, eos[0]), tok, eos[0],
+                                                 tiers, tools, settings.router_tiers, settings.router_threshold))
 
 
 def _tool_client(settings: ServeSettings, cfg: Any) -> Any:

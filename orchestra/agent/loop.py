@@ -33,6 +33,7 @@ from orchestra.agent.budget import EpisodeBudget
 from orchestra.agent.consults import SUBMIT_TOOL, Consults
 from orchestra.agent.parse import parse
 from orchestra.agent.prompt import Prompter
+from orchestra.agent.tool_step import call_tool
 from orchestra.engine import Engine, Sampling
 from orchestra.types import Task, ToolCall, ToolContext, ToolRecord, ToolResult, TrainSample, Trajectory, Turn
 
@@ -285,20 +286,9 @@ class _Episode:
     async def _call(self, call: ToolCall, turn_no: int) -> ToolResult:
         self._emit("tool_call", {"turn": turn_no, "name": call.name, "arguments": call.arguments})
         self.made.setdefault(_call_key(call), turn_no)
-        if call.name not in self.names:
-            result = ToolResult.failure(f"unknown tool {call.name!r}; valid tools are: {', '.join(self.names)}",
-                                        meta={"unknown_tool": True})
-        else:
-            left = self.budget.usd_left(self.traj.cost_usd)
-            ctx = ToolContext(task=self.task, episode_id=self.traj.episode_id, turn=turn_no,
-                              attempt=self.attempt_counts[call.tool_id], documents=list(self.documents),
-                              code_outputs=list(self.code_outputs), budget_usd_left=left)
-            self.attempt_counts[call.tool_id] += 1
-            result = await self.loop.tools.call(call, ctx)
-        self.traj.cost_usd += max(result.cost_usd, 0.0)
-        self.traj.latency_s += max(result.latency_s, 0.0)
-        self.traj.tool_records.append(ToolRecord(turn=turn_no, name=call.name, tool_id=call.tool_id,
-                                                 arguments=call.arguments, result=result))
+        result = await call_tool(self.loop.tools, call, task=self.task, traj=self.traj, turn=turn_no,
+                                 names=self.names, attempts=self.attempt_counts, budget=self.budget,
+                                 documents=self.documents, code_outputs=self.code_outputs)
         docs = result.documents or []
         self.documents.extend(str(d) for d in docs)
         if result.code_output is not None:

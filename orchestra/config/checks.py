@@ -10,7 +10,7 @@ from __future__ import annotations
 from orchestra.cascade_names import parse as parse_cascade
 from orchestra.config.agent import CATALOGUES
 from orchestra.config.schema import ConfigError, ExperimentConfig, MCPServerConfig
-from orchestra.config.training import CRITERIA
+from orchestra.config.training import CRITERIA, TEACHERS
 from orchestra.preferences import (
     COST_ORDER,
     PRESETS,
@@ -72,8 +72,7 @@ def validate(cfg: ExperimentConfig) -> None:
          f"{cfg.zoo.latency!r}")
     need(all(v >= 0 for v in cfg.zoo.tool_latency_s.values()), "zoo.tool_latency_s", "seconds must be >= 0")
     need(cfg.sft.candidates >= 1, "sft.candidates", "must be >= 1 (1: plain random demonstrations)")
-    need(cfg.sft.teacher in ("random", "expected_value", "cascade"), "sft.teacher",
-         f"must be random, expected_value or cascade, got {cfg.sft.teacher!r}")
+    need(cfg.sft.teacher in TEACHERS, "sft.teacher", f"must be one of {', '.join(TEACHERS)}, got {cfg.sft.teacher!r}")
     if cfg.sft.teacher == "cascade":
         try:
             kind = parse_cascade(cfg.sft.cascade).kind

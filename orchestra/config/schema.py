@@ -23,6 +23,7 @@ from orchestra.config.model import (  # noqa: F401  re-exported
 )
 from orchestra.config.run import CheckpointConfig, ClusterConfig, LogConfig, Tau2Config  # noqa: F401  re-exported
 from orchestra.config.training import (  # noqa: F401  re-exported
+    TEACHERS,
     AlgoConfig,
     DataConfig,
     EvalConfig,

@@ -58,6 +58,12 @@ class AlgoConfig:
     micro_batch_tokens: int = 0
 
 
+
+# sft.teacher's values, the registry of SFT teachers: each names the module of cluster/teachers/ that makes its
+# demonstrations (cluster/teachers/__init__.py resolves the name), so a new teacher is that file and its name here
+TEACHERS = ("random", "expected_value", "cascade")
+
+
 @dataclass
 class SFTConfig:
     steps: int = 150

@@ -11,13 +11,12 @@ column. Checking the rows, the layouts and repeated questions are routing_log.py
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestra.jsonl import JSONLError, iter_jsonl
+from orchestra.jsonl import JSONFileError, JSONLError, iter_jsonl, read_json
 
 LOG_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 
@@ -68,11 +67,9 @@ def read_rows(path: Path, what: str = "routing log") -> list[tuple[str, dict[str
         return out
     if suffix == ".json":
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise RoutingLogError(f"{what} {path}: malformed JSON: {e.msg} at line {e.lineno}") from None
-        if not isinstance(data, list):
-            raise RoutingLogError(f"{what} {path}: expected a JSON list of rows")
+            data = read_json(path, list, "a JSON list of rows")
+        except JSONFileError as e:
+            raise RoutingLogError(f"{what} {e}") from None
         return [(f"row {n}", r) for n, r in enumerate(data, 1)]
     if suffix == ".parquet":
         import pyarrow.parquet as pq

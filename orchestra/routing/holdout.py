@@ -2,8 +2,10 @@
 questions, no episodes played.
 
 A single-call route's outcome on a replay zoo is the recorded one, so the routers' own quality can be measured in
-seconds and free of any policy's. `compare` fits, on the same training rows,
+seconds and free of any policy's. `compare` fits, on the same training rows, the routing policies the registry
+offers here (orchestra/routing/registry.py, where=holdout; a new one joins every table below):
   estimator          the estimator router as runs now fit it (per-run selection, orchestra/routing/select.py);
+  estimator_routing  the same, its model selected by cross-validated routing value instead of log-loss;
   estimator_before   the estimator with the selection off: logistic regression at C = 1 on every feature, what
                      runs fitted before the selection existed (router.C's default);
   family             the per-family fixed router (orchestra/routing/family.py), the baseline to beat;
@@ -27,9 +29,10 @@ import numpy as np
 from orchestra.eval import yardstick as ys
 from orchestra.eval.stats import fmt_diff, frontier_accuracy, paired_bootstrap_diff
 from orchestra.preferences import preset
-from orchestra.routing.estimator import Expected, RouteEstimator, expected_reward
-from orchestra.routing.family import FamilyRouter
+from orchestra.routing import registry
+from orchestra.routing.estimator import Expected, expected_reward
 from orchestra.routing.plans import Outcome, Plan
+from orchestra.routing.registry import Explored
 from orchestra.types import Preference, Task
 from orchestra.value import scalar_value
 
@@ -71,15 +74,12 @@ def picks(exp: Expected, plans: Sequence[Plan], pref: Preference, cost_scale: fl
     return np.argmax(expected_reward(exp, plans, pref, cost_scale, latency_scale), axis=1)
 
 
-def fit_routers(rec: Recorded, train: Sequence[int], seed: int = 0) -> dict[str, object]:
-    ids, outcomes = [rec.tasks[i].id for i in train], rec.outcomes(train)
-    X = rec.X[list(train)]
-    n = {"n_meta": rec.n_meta, "n_stats": rec.n_stats}
-    return {"estimator": RouteEstimator(rec.plans, seed=seed).fit(X, ids, outcomes, **n),
-            "estimator_routing": RouteEstimator(rec.plans, seed=seed, select_by="routing").fit(X, ids, outcomes, **n),
-            "estimator_before": RouteEstimator(rec.plans, C=1.0, select=False).fit(X, ids, outcomes,
-                                                                                   n_stats=rec.n_stats),
-            "family": FamilyRouter(rec.plans).fit([rec.tasks[i] for i in train], outcomes)}
+def fit_routers(rec: Recorded, train: Sequence[int], seed: int = 0) -> dict[str, Any]:
+    """Every routing policy the registry offers here (orchestra/routing/registry.py, where=holdout), fitted on the
+    `train` rows."""
+    explored = Explored([rec.tasks[i] for i in train], rec.X[list(train)], rec.plans, rec.outcomes(train),
+                        rec.n_meta, rec.n_stats, seed)
+    return {p.name: p.fit(explored) for p in registry.among("holdout") if p.fit is not None}
 
 
 def compare(rec: Recorded, train: Sequence[int], test: Sequence[int], cost_scale: float, latency_scale: float,
@@ -88,8 +88,8 @@ def compare(rec: Recorded, train: Sequence[int], test: Sequence[int], cost_scale
     test = list(test)
     routers = fit_routers(rec, train, seed)
     est = routers["estimator"]
-    exps: dict[str, Expected] = {k: (r.expected([rec.tasks[i] for i in test]) if k == "family"
-                                     else r.expected(rec.X[test])) for k, r in routers.items()}
+    tasks = [rec.tasks[i] for i in test]
+    exps: dict[str, Expected] = {k: registry.get(k).expected(r, tasks, rec.X[test]) for k, r in routers.items()}
     ok, usd, lat = rec.correct[test], rec.cost[test], rec.latency[test]
     rows = np.arange(len(test))
     tag = f" ({label})" if label else ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.warm_start import cascade_episodes
+from cluster.teachers.cascade import cascade_episodes
 from orchestra.agent.consults import agree
 from orchestra.agent.prompt import restatement
 from orchestra.config import load_config, task_tiers

@@ -1,7 +1,8 @@
 """router.extra_tasks: more tasks of a loaded set, after its held-out and training ones in the split's order,
-explored only to fit the estimator router (orchestra/data/sources.build_router_pool, cluster/warm_start.py). On the
-shipped routing log, in process (no Ray): the pool is disjoint from both splits and the same for the same seed;
-the router is fitted on training + pool; the teacher labels and hints training tasks only."""
+explored only to fit the estimator router (orchestra/data/sources.build_router_pool,
+cluster/teachers/expected_value.py). On the shipped routing log, in process (no Ray): the pool is disjoint from both
+splits and the same for the same seed; the router is fitted on training + pool; the teacher labels and hints
+training tasks only."""
 
 from __future__ import annotations
 
@@ -51,16 +52,24 @@ def test_only_the_expected_value_teacher_takes_extra_tasks(preset):
         load_config([f"experiment={preset}", "router.extra_tasks=-1"])
 
 
-def test_the_router_is_fitted_on_the_pool_and_the_teacher_labels_training_tasks_only(preset, tmp_path):
+def test_the_router_is_fitted_on_the_pool_and_the_teacher_labels_training_tasks_only(preset, tmp_path, monkeypatch):
     from cluster.progress import Bars
-    from cluster.warm_start import teacher_samples
+    from cluster.teachers import Teaching
+    from cluster.teachers.expected_value import demonstrations
     from orchestra.agent.hints import HINT_KEY
     from orchestra.data.tasks import load_tasks
     from orchestra.policy.models import load_tokenizer
+    from orchestra.routing import registry
     from orchestra.routing.estimator import RouteEstimator
     from tools.base import LocalToolClient
     from tools.registry import build_tools
 
+    # every learned policy the registry says runs keep is fitted on the exploration and saved: one registered here too
+    kept: dict[str, object] = {}
+    monkeypatch.setattr(registry, "POLICIES", list(registry.POLICIES))
+    registry.register(registry.RoutingPolicy(
+        "kept_too", "learned", "a test's router", ("holdout",), fit=lambda e: e, expected=lambda *a: None,
+        save=lambda explored, keeping, run_dir: kept.update(explored=explored, keeping=keeping, run_dir=run_dir)))
     run = tmp_path / "run"
     cfg = load_config([f"experiment={preset}", "data.n_train=12", "data.n_heldout=4", "router.extra_tasks=8",
                        "router.folds=2", f"run_dir={run}"])
@@ -69,8 +78,8 @@ def test_the_router_is_fitted_on_the_pool_and_the_teacher_labels_training_tasks_
                          chat_template=cfg.model.chat_template)
     console = Console(file=io.StringIO(), width=200)
     with Bars(console) as bars:
-        samples, report = teacher_samples(cfg, LocalToolClient(build_tools(cfg.zoo, list(cfg.zoo.tools))), tok,
-                                          train, bars, console)
+        samples, report = demonstrations(Teaching(cfg, LocalToolClient(build_tools(cfg.zoo, list(cfg.zoo.tools))),
+                                                  tok, train, bars, console))
     pool = load_tasks(run / "data" / "router_pool.jsonl")
     assert [t.id for t in pool] == [t.id for t in build_router_pool(cfg.data, 8, task_tiers(cfg))]
     rows = [json.loads(line) for line in (run / "router" / "explore.jsonl").read_text().splitlines()]
@@ -86,3 +95,7 @@ def test_the_router_is_fitted_on_the_pool_and_the_teacher_labels_training_tasks_
     assert (report["sft_repeated"] > 0) == (cfg.sft.label_balance > 0)
     assert all(HINT_KEY in t.meta for t in train) and not any(HINT_KEY in t.meta for t in pool)
     assert "12 tasks + 8 router-only (router.extra_tasks)" in console.file.getvalue()
+    explored = kept["explored"]
+    assert kept["run_dir"] == run.resolve() and len(explored.tasks) == 20 and explored.C == cfg.router.C
+    assert {t.id for t in explored.tasks} == {t.id for t in train + pool} and len(explored.outcomes) >= len(rows)
+    assert kept["keeping"].embed_dtype == cfg.router.embed_dtype

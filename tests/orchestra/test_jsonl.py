@@ -19,12 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestra.jsonl import (
+    JSONFileError,
     JSONLError,
     JsonlWriter,
     dumps_line,
     iter_jsonl,
     load_jsonl,
     loads_jsonl,
+    read_json,
     write_jsonl,
 )
 from orchestra.types import Task, ToolCall, ToolRecord, ToolResult, Trajectory, Turn
@@ -209,6 +211,25 @@ def test_a_bad_line_names_file_and_line(tmp_path):
     (tmp_path / "tasks.jsonl").write_bytes(b'{"id": "a", "problem": "p\xc2\x85\n')
     with pytest.raises(ValueError, match=r"tasks\.jsonl:1: not JSON \(Unterminated string"):
         load_tasks(tmp_path / "tasks.jsonl")
+
+
+def test_a_json_file_error_names_the_file_and_what_was_wrong(tmp_path):
+    """read_json, the one reader of whole-file JSON lists (routing logs, retrieval questions, τ² tasks) and objects."""
+    good = tmp_path / "rows.json"
+    good.write_bytes(b"\xef\xbb\xbf" + json.dumps([{"q": "caf\u00e9"}]).encode())  # a byte-order mark is dropped
+    assert read_json(good) == [{"q": "caf\u00e9"}]
+    (tmp_path / "bad.json").write_text('[{"q": 1},\n {"q": }]')
+    (tmp_path / "obj.json").write_text('{"q": 1}')
+    cases = {tmp_path / "none.json": (f"{tmp_path / 'none.json'}: no such file", None),
+             tmp_path / "bad.json": (f"{tmp_path / 'bad.json'}: line 2: malformed JSON (Expecting value: column 8)", 2),
+             tmp_path / "obj.json": (f"{tmp_path / 'obj.json'}: expected a JSON list of rows, got a JSON object", None)}
+    for path, (message, line) in cases.items():
+        with pytest.raises(JSONFileError) as e:
+            read_json(path, list, "a JSON list of rows")
+        assert str(e.value) == message and e.value.lineno == line and isinstance(e.value, ValueError)
+    assert read_json(tmp_path / "obj.json", dict) == {"q": 1}
+    with pytest.raises(JSONFileError, match="expected a JSON list, got a JSON object"):
+        read_json(tmp_path / "obj.json")
 
 
 def test_torn_lines_are_skipped_where_files_grow_while_running(tmp_path):

