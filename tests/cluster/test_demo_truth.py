@@ -11,6 +11,10 @@ was never a training problem (template.split_of puts it in the held-out split); 
 arithmetic and route it through the sandbox under both presets, and the demo must say the answer is true, checked
 by the calculator, and made by the sandbox. A lookup question is routed to search; its answer is shown as the
 retrieved passage it is, and left unchecked.
+
+Training the fixture takes most of a minute on 2 cores: the tests that ask the trained run are `e2e` (make test-e2e);
+the checks' own rules below, and the demo over HTTP with a scripted policy (tests/cluster/test_newcomer.py), run in
+`make test`.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ def served(trained_run):
         yield url
 
 
+@pytest.mark.e2e
 def test_the_demo_answers_arithmetic_truly_through_the_sandbox(served, monkeypatch, capsys):
     from cluster.demo import main
 
@@ -102,6 +107,7 @@ def test_the_demo_answers_arithmetic_truly_through_the_sandbox(served, monkeypat
         assert f"answer ({preset}): from the sandbox's output running `print(17 * 23)`" in out
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("question, expression, value", [
     ("Compute 45 + 12 * 3.", "45 + 12 * 3", "81"),
     ("how much is 128 / 4 - 7", "128 / 4 - 7", "25"),
@@ -116,6 +122,7 @@ def test_other_phrasings_are_answered_truly(served, monkeypatch, capsys, questio
         assert f"check ({preset}): true: the calculator computes {expression} = {value}; made by the sandbox" in out
 
 
+@pytest.mark.e2e
 def test_a_lookup_is_searched_and_never_passed_off_as_checked(served, trained_run, monkeypatch, capsys):
     """A lookup goes to search. Whether the simulated query writer writes a usable query is its draw (keyed by the
     request's id, so it varies per request); either way the demo says what made the answer: a passage is shown as

@@ -1,5 +1,7 @@
-"""The training driver end to end on the tiny model (shared local Ray cluster): a 2-step run, resume after a
-kill with the same task order, and faults (a tool server and a rollout worker dying mid-step) on the same actors."""
+"""The training driver end to end on the tiny model (shared local Ray cluster): a 2-step run and its resume after a
+kill with the same task order, and cpu_tiny's recipe at toy size (the session's `toy_run`, tests/conftest.py).
+`e2e` (make test-e2e; each a driver start-up of its own): faults (a tool server and a rollout worker dying
+mid-step) and a LoRA policy on preference pairs."""
 
 from __future__ import annotations
 
@@ -73,12 +75,31 @@ def test_two_steps_then_resume_after_kill_with_same_task_order(ray_cluster, tmp_
         engines = saved["engines"]  # the rollout engines' counters, summed over workers
         assert engines["rows"] >= engines["batches"] > 0 and engines["tokens_generated"] > 0
         assert 0 <= engines["queue_wait_s"] and engines["reused_prefix_tokens"] <= engines["prompt_tokens"]
-        check_faults(resumed)  # the same actors (one start-up is most of this test's time)
     finally:
         resumed.close()
 
 
-def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
+@pytest.mark.e2e
+def test_a_tool_server_and_a_rollout_worker_dying_mid_step(ray_cluster, tmp_path):
+    """After one step (the learner ahead of a restarted worker's initial weights), the faults of check_faults."""
+    trainer = Trainer(small_cfg(tmp_path, "algo.steps=1"))
+    try:
+        trainer.fit()
+        check_faults(trainer)
+    finally:
+        trainer.close()
+
+
+# cpu_tiny's recipe at toy size (tests/conftest.py's session fixture `toy_run` trains it once with these; bench/seeds.py
+# and bench/rl_value.py read the same run in tests/bench/test_bench_smoke.py)
+EXPECTED_VALUE = ["sft.teacher=expected_value", "data.n_train=12", "router.explore_tasks=10", "router.folds=2",
+                  "sft.vectors=[accuracy-first,balanced,cost-first]", "sft.vectors_sampled=1",
+                  "eval.presets=[accuracy-first,balanced,cost-first]", "eval.n_tasks=2", "algo.steps=1",
+                  "data.preference_pairs=accuracy-first|cost-first", "algo.balance_prefs=true",
+                  "reward.norm_adv_by_std=false", "eval.sweep=true", "agent.route_hints=true"]
+
+
+def test_expected_value_warm_start_end_to_end(toy_run):
     """cpu_tiny's recipe at toy size through the real actors: exploration plays every plan on every explored task,
     the estimator router is saved in the run dir, the teacher's demonstrations differ by preset, held-out tasks
     are scored under the three presets (gain, spread, monotone, the router beside), and the run's RESULT lines
@@ -87,17 +108,7 @@ def test_expected_value_warm_start_end_to_end(ray_cluster, tmp_path, capsys):
     from orchestra.preferences import SWEEP_COSTS
     from orchestra.routing.router import has_router
 
-    cfg = small_cfg(tmp_path, "sft.teacher=expected_value", "data.n_train=12", "router.explore_tasks=10",
-                    "router.folds=2", "sft.vectors=[accuracy-first,balanced,cost-first]", "sft.vectors_sampled=1", "eval.presets=[accuracy-first,balanced,cost-first]",
-                    "eval.n_tasks=2", "algo.steps=1", "data.preference_pairs=accuracy-first|cost-first",
-                    "algo.balance_prefs=true", "reward.norm_adv_by_std=false", "eval.sweep=true",
-                    "agent.route_hints=true")
-    trainer = Trainer(cfg)
-    try:
-        summary = trainer.fit()
-    finally:
-        trainer.close()
-    run = tmp_path / "run"
+    run, summary = toy_run
     assert has_router(run)
     rows = [json.loads(line) for line in (run / "router" / "explore.jsonl").read_text().splitlines()]
     plans = {r["policy"] for r in rows}  # zoo.tools=[enhance_reasoning, answer]: answer alone or after a reasoner
@@ -277,6 +288,7 @@ def wait_restarted(handle, timeout_s: float = 180.0):
             time.sleep(0.5)
 
 
+@pytest.mark.e2e
 def test_lora_policy_on_preference_pairs_syncs_adapters_to_the_workers(ray_cluster, tmp_path):
     """One paired step with a LoRA learner through the real actors: both vectors get their own groups, the
     workers end on the learner's version after an adapter-only sync (tests/actors/test_lora.py checks that the

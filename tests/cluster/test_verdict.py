@@ -2,9 +2,13 @@
 policy blind to its preference by construction (every episode one fixed route) fails it, the phase is named (the
 warm start already gave every preset that route) and train.strict turns the failure into exit status 1; a policy
 that reads its cost word by construction passes it. The policies are scripted engines
-(tests/helpers/scripted_policy.py): what is tested is the verdict of a real run, not a trained model."""
+(tests/helpers/scripted_policy.py): what is tested is the verdict of a real run, not a trained model. The passing
+run is `e2e` (make test-e2e: a driver start-up of its own); the verdict's rules are unit-tested in
+tests/orchestra/eval/test_verdict.py."""
 
 from __future__ import annotations
+
+import pytest
 
 from cluster.train import main
 from tests.cluster.test_train import SMALL
@@ -28,6 +32,7 @@ def test_a_run_that_loses_its_preference_says_so_and_fails_under_strict(ray_clus
     assert "this run fails under train.strict=true" in warnings
 
 
+@pytest.mark.e2e
 def test_a_run_that_follows_its_preference_passes(ray_cluster, tmp_path, capsys):
     assert main(train(tmp_path, "cost_reader", "train.strict=true")) == 0
     out = capsys.readouterr().out
