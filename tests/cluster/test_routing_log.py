@@ -325,14 +325,14 @@ def test_next_steps_evaluate_every_preset_and_messages_name_commands_that_exist(
     rc, out, _ = _convert(EXAMPLE, tmp_path / "ex")
     assert rc == 0 and "preference=all" in out
     root = Path(__file__).resolve().parents[2]
-    targets = set(re.findall(r"^([a-z][a-z-]*):", (root / "Makefile").read_text(), re.M))
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", (root / "Makefile").read_text(), re.M))
     code = [p for d in ("orchestra", "tools", "reward", "actors", "cluster", "bench") for p in (root / d).rglob("*.py")]
     for path in [*code, *root.glob("conf/**/*.yaml"), root / "README.md", *root.glob("docs/*.md")]:
         text = path.read_text(encoding="utf-8")
         for mod in re.findall(r"python -m ((?:cluster|tools|orchestra|bench)\.[a-z_.0-9]*[a-z0-9_])", text):
             base = root / Path(*mod.split("."))
             assert base.with_suffix(".py").is_file() or (base / "__main__.py").is_file(), (path, mod)
-        for quoted, with_args in re.findall(r"`make ([a-z][a-z-]*)|make ([a-z][a-z-]*) ARGS=", text):
+        for quoted, with_args in re.findall(r"`make ([a-z][a-z0-9-]*)|make ([a-z][a-z0-9-]*) ARGS=", text):
             assert (quoted or with_args) in targets, (path, quoted or with_args)
 
     from orchestra.routing.estimator import RouteEstimator
