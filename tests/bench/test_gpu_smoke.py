@@ -38,6 +38,7 @@ def run(cmd: list[str], timeout: int = 120, **env: str) -> subprocess.CompletedP
                           env={**os.environ, "OMP_NUM_THREADS": "1", **env})
 
 
+@pytest.mark.e2e  # a program of its own loading the model and stepping the learner: make test-e2e
 def test_cpu_smoke_mode_runs_every_part_and_prints_results():
     proc = run([sys.executable, str(SCRIPT), "--device", "cpu", "--smoke"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -48,6 +49,7 @@ def test_cpu_smoke_mode_runs_every_part_and_prints_results():
     assert "gpu_smoke: OK" in proc.stdout and "FAIL" not in proc.stdout
 
 
+@pytest.mark.e2e  # a program of its own loading the model and stepping the learner: make test-e2e
 def test_cpu_smoke_mode_runs_the_warm_start_memory_check():
     proc = run([sys.executable, str(SCRIPT), "--device", "cpu", "--smoke", "--warm-start-8b"])
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,7 +1,7 @@
-"""The training driver end to end on the tiny model (shared local Ray cluster): a 2-step run and its resume after a
-kill with the same task order, and cpu_tiny's recipe at toy size (the session's `toy_run`, tests/conftest.py).
-`e2e` (make test-e2e; each a driver start-up of its own): faults (a tool server and a rollout worker dying
-mid-step) and a LoRA policy on preference pairs."""
+"""The training driver end to end on the tiny model (shared local Ray cluster): cpu_tiny's recipe at toy size (the
+session's `toy_run`, tests/conftest.py). `e2e` (make test-e2e; each a driver start-up of its own): a 2-step run and
+its resume after a kill with the same task order, faults (a tool server and a rollout worker dying mid-step) and a
+LoRA policy on preference pairs."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ def small_cfg(tmp_path, *extra):
     return load_config([*SMALL, f"run_dir={tmp_path / 'run'}", *extra])
 
 
+@pytest.mark.e2e  # two driver start-ups (~45 s alone): make test-e2e
 def test_two_steps_then_resume_after_kill_with_same_task_order(ray_cluster, tmp_path):
     cfg = small_cfg(tmp_path, "algo.steps=3")
     seen: dict[int, list[str]] = {}

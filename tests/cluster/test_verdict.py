@@ -2,9 +2,9 @@
 policy blind to its preference by construction (every episode one fixed route) fails it, the phase is named (the
 warm start already gave every preset that route) and train.strict turns the failure into exit status 1; a policy
 that reads its cost word by construction passes it. The policies are scripted engines
-(tests/helpers/scripted_policy.py): what is tested is the verdict of a real run, not a trained model. The passing
-run is `e2e` (make test-e2e: a driver start-up of its own); the verdict's rules are unit-tested in
-tests/orchestra/eval/test_verdict.py."""
+(tests/helpers/scripted_policy.py): what is tested is the verdict of a real run, not a trained model. Both runs are
+`e2e` (make test-e2e: each a driver start-up of its own); the verdict's rules are unit-tested in
+tests/orchestra/eval/test_verdict.py, which make test runs."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ def train(tmp_path, engine: str, *extra: str) -> str:
             *extra]
 
 
+@pytest.mark.e2e  # a whole run of its own: make test-e2e
 def test_a_run_that_loses_its_preference_says_so_and_fails_under_strict(ray_cluster, tmp_path, capsys):
     assert main(train(tmp_path, "fixed_route", "train.strict=true")) == 1
     out = capsys.readouterr().out

@@ -139,6 +139,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.verl_cpu  # four gloo ranks importing verl: make test-verl-cpu
 def test_process_group_timeout_reaches_every_group_fsdp_uses(tmp_path):
     """verl's workers create their world group with timeout None (engine_workers.py:89), and the HSDP sub-groups
     FSDP's collectives run on come from a DeviceMesh that passes timeout None too; torch gives each its default (30

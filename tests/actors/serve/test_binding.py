@@ -227,7 +227,8 @@ async def test_served_completion_and_stream_through_the_bound_expert(log_dir, se
 
 async def test_expert_failures_are_observations_and_retries_are_paid_once(log_dir, servers, tmp_path, monkeypatch):
     tier = mini_tier(log_dir)
-    binding = write_binding(tmp_path / "experts.yaml", servers, timeout_s=0.5)
+    # 2 s: long enough that the first call's 404 is not read as a timeout on a loaded machine (xdist's second worker)
+    binding = write_binding(tmp_path / "experts.yaml", servers, timeout_s=2.0)
     app = served_app(monkeypatch, {"experiment": str(log_dir / "experiment.yaml"), "experts": str(binding)}, tier)
     servers.mini.script = [(404, "The model `gpt-4o-mini` does not exist", 0.0)]
     r = await ask(app, QUESTION)
@@ -236,9 +237,9 @@ async def test_expert_failures_are_observations_and_retries_are_paid_once(log_di
     assert r.json()["orchestra"]["termination"] != "error"  # the policy saw it; the request did not fail
 
     servers.mini.requests.clear()
-    servers.mini.script = [(200, "too late", 3.0)]
+    servers.mini.script = [(200, "too late", 5.0)]
     r = await ask(app, QUESTION)
-    assert r.status_code == 200 and "timed out after 0.5s" in r.json()["orchestra"]["trace"][0]["error"]
+    assert r.status_code == 200 and "timed out after 2.0s" in r.json()["orchestra"]["trace"][0]["error"]
 
     servers.mini.requests.clear()
     servers.mini.script, servers.mini.retry_after = [(429, "slow down", 0.0), (200, "\\boxed{391}", 0.0)], "0"

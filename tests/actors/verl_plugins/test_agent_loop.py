@@ -114,6 +114,7 @@ def test_registered_with_verl():
     assert _agent_loop_registry["orchestra"]["_target_"] == "actors.verl_plugins.agent_loop.OrchestraAgentLoop"
 
 
+@pytest.mark.verl_cpu  # a fresh interpreter importing verl: make test-verl-cpu
 def test_importing_the_loop_keeps_the_jobs_agent_loop_entry(tmp_path):
     """verl's AgentLoopWorker loads the job's agent-loop yaml into its registry, then imports our module on the
     first episode's instantiate: the import must not swap the yaml's entry (which carries the run's config) for a

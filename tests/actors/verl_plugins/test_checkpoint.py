@@ -92,6 +92,7 @@ def free_port() -> int:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.verl_cpu  # four gloo ranks importing verl: make test-verl-cpu
 def test_one_replica_group_writes_and_every_rank_resumes(tmp_path):
     from cluster.verl_job import platform_env
     from orchestra.config import load_config

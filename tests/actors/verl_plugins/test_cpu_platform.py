@@ -17,6 +17,7 @@ def run(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.verl_cpu  # a fresh interpreter importing verl: make test-verl-cpu
 def test_registers_platform_rollout_and_patches():
     r = run("""
 import os
@@ -41,6 +42,7 @@ print('ok')
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
 
 
+@pytest.mark.verl_cpu  # a fresh interpreter importing verl: make test-verl-cpu
 def test_refuses_another_verl_version():
     r = run("""
 import verl
