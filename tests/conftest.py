@@ -143,10 +143,10 @@ def _on_ray(nodeid: str, ray: dict[str, set[str]]) -> bool:
 
 def pytest_xdist_make_scheduler(config, log):
     """`make test` runs two pytest-xdist workers with `--dist loadgroup`: the tests on the session's Ray cluster are
-    one work unit (the largest, so it starts first) on one worker, which starts the one cluster and trains `toy_run`
-    once; every other test file is a unit of its own on either worker (its module fixtures set up once). xdist's
-    own `xdist_group` marks do not work under pytest 9.2: its scheduler reads a node-id suffix pytest no longer
-    lets a plugin set."""
+    one work unit on one worker (xdist hands out units with the most tests first; this one, ~50, leads), which
+    starts the one cluster and trains `toy_run` once; every other test file is a unit of its own on either worker
+    (its module fixtures set up once). xdist's own `xdist_group` marks do not work under pytest 9.2: its scheduler
+    reads a node-id suffix pytest no longer lets a plugin set."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
