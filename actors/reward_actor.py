@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -87,6 +88,8 @@ class RewardActor:
         self._late: dict[str, int] = {}  # uid -> members still missing from a group scored by its deadline
         self._tasks: set[asyncio.Task] = set()  # keep scoring/timer tasks referenced until they finish
         self._step, self._total = _zero(), _zero()
+        if RUBRICS[rubric].warm_up is not None:  # its imports overlap the warm start, not the first RL step
+            threading.Thread(target=RUBRICS[rubric].warm_up, daemon=True, name="rubric-warm-up").start()
 
     @classmethod
     def from_config(cls, reward_cfg: Any, model_cfg: Any = None, judge_expert: Any = None) -> RewardActor:

