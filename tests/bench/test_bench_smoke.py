@@ -20,6 +20,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# cpu_tiny's recipe at toy size: one RL step after a 4-step warm start on 12 tasks
+TOY = ["data.n_train=12", "data.n_heldout=4", "eval.n_tasks=2", "router.folds=2", "sft.steps=4", "sft.max_steps=4",
+       "sft.vectors_sampled=1", "algo.steps=1", "algo.group_size=2", "algo.prompts_per_step=2", "eval.sweep=false",
+       "log.replay_weights=false", "log.tensorboard=false", "log.plots=false", "checkpoint.every_steps=1",
+       "cluster.torch_threads=1"]
 SMOKE = {  # script -> (arguments for seconds-long sizes, RESULT names it must print)
     "continuous_batching.py": (["--episodes", "4", "--turns", "2", "--max-tokens", "8", "--min-tokens", "4",
                                 "--max-tool-s", "0.02"], {"continuous_batching_speedup"}),
@@ -37,18 +42,11 @@ SMOKE = {  # script -> (arguments for seconds-long sizes, RESULT names it must p
     "tool_server.py": (["--calls", "50", "--inflight", "8"], {"tool_server_overhead_p50_ms"}),
     "serve.py": (["--smoke"], {"router_overhead_p50_ms", "router_pick_p50_ms"}),
     "retrieval.py": (["--smoke"], {"retrieval_build_s_per_1k", "hybrid_qps"}),
-    # two toy runs of cpu_tiny's recipe (exhaustive and partial exploration), one seed
-    "rl_value.py": (["seeds=1", "partial=0.5", "runs={tmp}", "data.n_train=12",
-                     "data.n_heldout=4", "eval.n_tasks=2", "router.folds=2", "sft.steps=4", "sft.max_steps=4",
-                     "sft.vectors_sampled=1", "algo.steps=1", "algo.group_size=2", "algo.prompts_per_step=2", "eval.sweep=false",
-                     "log.replay_weights=false", "log.tensorboard=false", "log.plots=false",
-                     "checkpoint.every_steps=1", "cluster.torch_threads=1"],
-                    {"rl_gain", "rl_gain_ci_low", "rl_spend_ratio", "rl_partial_vs_warm_start"}),
+    # cpu_tiny's recipe with partial exploration, one seed; its exhaustive run is seeds.py's (test below)
+    "rl_value.py": (["seeds=1", "partial=0.5", "runs={tmp}", *TOY], {"rl_gain", "rl_gain_ci_low", "rl_spend_ratio",
+                                                                     "rl_partial_vs_warm_start"}),
     # one toy run of cpu_tiny's recipe judged as make train judges itself (the verdict), figures over seeds
-    "seeds.py": (["seeds=1", "root={tmp}", "data.n_train=12", "data.n_heldout=4", "eval.n_tasks=2", "router.folds=2",
-                  "sft.steps=4", "sft.max_steps=4", "sft.vectors_sampled=1", "algo.steps=1", "algo.group_size=2",
-                  "algo.prompts_per_step=2", "eval.sweep=false", "log.replay_weights=false", "log.tensorboard=false",
-                  "log.plots=false", "checkpoint.every_steps=1", "cluster.torch_threads=1"],
+    "seeds.py": (["seeds=1", "root={tmp}", *TOY],
                  {"seeds_n", "seeds_follows", "seeds_min_pref_spread", "seeds_all_monotone", "seeds_min_format_ok",
                   "seeds_min_vs_estimator_hi", "seeds_min_rl_gain_hi", "seeds_rl_gain"}),
     # one toy run of adaptive_control's recipe (cascade teacher, GRPO paired over presets)
@@ -80,10 +78,11 @@ NEEDS_SHARED_DATA = {"retrieval.py"}  # reads ../shared/data's HotpotQA files: s
 FAST = {"sandbox_start.py"}  # seconds on 2 cores: in make test
 
 
-@pytest.mark.parametrize("script", [s if s in FAST else pytest.param(s, marks=pytest.mark.e2e) for s in sorted(SMOKE)])
-def test_bench_smoke_prints_its_figures(script, tmp_path, request):
-    if script in NEEDS_SHARED_DATA:
-        request.getfixturevalue("shared_data")
+SHARED_RUN = ("seeds.py", "rl_value.py")  # one toy run for both: test_seeds_then_rl_value_smoke
+
+
+def smoke(script: str, tmp_path: Path) -> str:
+    """Run bench/<script> at its SMOKE arguments ({tmp}: tmp_path); its stdout, once it printed its RESULT names."""
     args, names = SMOKE[script]
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]  # a script's own output dir
     r = subprocess.run([sys.executable, f"bench/{script}", *args], cwd=ROOT, capture_output=True, text=True,
@@ -91,6 +90,27 @@ def test_bench_smoke_prints_its_figures(script, tmp_path, request):
     assert r.returncode == 0, r.stderr[-3000:]
     printed = set(re.findall(r"^RESULT (\w+)\s*=", r.stdout, re.M))
     assert names <= printed, (sorted(names - printed), r.stdout[-2000:])
+    return r.stdout
+
+
+@pytest.mark.parametrize("script", [s if s in FAST else pytest.param(s, marks=pytest.mark.e2e)
+                                    for s in sorted(set(SMOKE) - set(SHARED_RUN))])
+def test_bench_smoke_prints_its_figures(script, tmp_path, request):
+    if script in NEEDS_SHARED_DATA:
+        request.getfixturevalue("shared_data")
+    smoke(script, tmp_path)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_seeds_then_rl_value_smoke(tmp_path):
+    """bench/seeds.py trains one toy run of cpu_tiny's recipe and judges it; bench/rl_value.py then reads that run
+    as its exhaustive recipe's (the same experiment, seed and overrides: what it would have trained) and trains only
+    its partial-exploration run: one driver start-up fewer, each script still training end to end."""
+    smoke("seeds.py", tmp_path)
+    (tmp_path / "exhaustive_s0").symlink_to(tmp_path / "cpu_tiny" / "s0")
+    out = smoke("rl_value.py", tmp_path)
+    assert "training partial_s0" in out and "training exhaustive_s0" not in out, out[-2000:]
 
 
 @pytest.mark.parametrize("script", ["seeds.py", "rl_value.py"])
@@ -121,11 +141,13 @@ def test_bench_reads_a_finished_run(script, toy_run, tmp_path, monkeypatch, caps
 @pytest.mark.e2e
 def test_quality_routers_smoke(shared_data):
     """bench/quality.py's router part (no policy to train) on small splits of the shared recordings (without the
-    MMLU-Pro preset's extra router questions: embedding them took 2 of this test's 3 minutes), embedded in float32:
-    on a CPU without bf16 instructions (AVX2 only) router.embed_dtype's bf16 took 6 of 7 minutes (the pair set's
-    1,351 questions: 72 s in float32)."""
+    MMLU-Pro preset's extra router questions: embedding them took 2 of this test's 3 minutes; the two-model pair cut
+    from MMLU-Pro's 381 history questions, not its 1,351 math ones: 91 s against 127 s, one paired run alone),
+    embedded in float32: on a CPU without bf16 instructions (AVX2 only) router.embed_dtype's bf16 took 6 of 7
+    minutes (the math pair set's 1,351 questions: 72 s in float32)."""
     r = subprocess.run([sys.executable, "bench/quality.py", "only=routers", "routers_seeds=1", "mmlu_train=40",
-                        "mmlu_heldout=40", "mmlu_extra=0", "pair_heldout=40", "routers_embed_dtype=float32"],
+                        "mmlu_heldout=40", "mmlu_extra=0", "pair_heldout=40", "pair_families=history",
+                        "routers_embed_dtype=float32"],
                        cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stderr[-3000:]
     printed = set(re.findall(r"^RESULT (\w+)=", r.stdout, re.M))
