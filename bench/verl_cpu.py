@@ -17,8 +17,9 @@ the warm-started policy the cpuhf job wrote (or `--policy DIR`'s): the same expe
 warm start, and the job keeps a policy already staged as a rerun does (cluster/verl_stage.warm_start_stage).
 Prints RESULT lines: verl_cpu_steps (sync steps logged), verl_cpu_resumed (1/0), verl_cpu_wall_s (the sync job's
 wall seconds, Ray start to exit), verl_cpu_step_s (mean step seconds after the first), verl_cpu_colocate_steps
-and verl_cpu_colocate_wall_s (the resumed colocate_async job's steps and wall seconds), verl_cpu_world_size, verl_cpu_grad_norm (last sync step: > 0 means the update moved
-weights), verl_cpu_served (1/0), verl_cpu_logprob_diff; with --vllm the verl_cpu_vllm_* figures beside them.
+and verl_cpu_colocate_wall_s (the resumed colocate_async job's steps and wall seconds), verl_cpu_world_size,
+verl_cpu_grad_norm (last sync step: > 0 means the update moved weights), verl_cpu_served (1/0),
+verl_cpu_logprob_diff; with --vllm the verl_cpu_vllm_* figures beside them.
 `*_logprob_diff`: the largest, over the steps of both jobs, of verl's rollout-vs-actor check after that step's
 weight sync (training/rollout_probs_diff_mean: mean |p_rollout - p_actor| over response tokens, p the sampled
 token's probability; rollout_corr/log_ppl_abs_diff where verl logs it). Logs of each job: <out>/<name>.log.
@@ -145,8 +146,8 @@ def sync_and_resume(out: Path, prefix: str, extra: list[str], python: str, resum
     sync = out / prefix
     reuse_policy(policy, sync)
     first = job(out, prefix, [f"verl.output_dir={sync}", "algo.steps=2", *extra], python=python)
-    again = job(out, f"{prefix}_resume", [f"verl.output_dir={sync}", f"algo.steps={2 + more_steps}", *extra, *(resume or [])],
-                python=python)
+    again = job(out, f"{prefix}_resume",
+                [f"verl.output_dir={sync}", f"algo.steps={2 + more_steps}", *extra, *(resume or [])], python=python)
     wanted = set(range(3, 3 + more_steps))
     resumed = int(again["rc"] == 0 and again["resumed"] and wanted <= set(again["steps"])
                   and not set(again["steps"]) & {1, 2})
@@ -189,7 +190,7 @@ def main() -> int:
     policy = Path(args.policy).resolve() if args.policy else None
     if not args.skip_cpuhf:
         colocate = [] if args.skip_colocate else ["verl.trainer_mode=colocate_async"]
-        hf = sync_and_resume(out, "sync", [], sys.executable, resume=colocate, more_steps=1 if args.skip_colocate else 2)
+        hf = sync_and_resume(out, "sync", [], sys.executable, resume=colocate, more_steps=2 if colocate else 1)
         print_figures("verl_cpu", hf)
         again = hf["again"]
         print(f"RESULT verl_cpu_colocate_steps={len(again['steps']) if colocate and again['rc'] == 0 else 0}")

