@@ -12,7 +12,6 @@ sync (test_verl_watchdog.py)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -20,14 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.verl_vllm import VERL_VLLM_PYTHON, needs_vllm
+
 pytest.importorskip("verl")
 pytestmark = pytest.mark.verl_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = os.environ.get("ORCHESTRA_VERL_VLLM_PYTHON", "")
-needs_vllm = pytest.mark.skipif(not VLLM_PYTHON and not os.environ.get("ORCHESTRA_REQUIRE_VLLM"),
-                                reason="verl's vLLM rollout runs in the venv `make verl-vllm-cpu` builds "
-                                       "(ORCHESTRA_VERL_VLLM_PYTHON=.venv-verl-vllm/bin/python)")
 
 
 def bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict[str, str], str]:
@@ -70,8 +67,7 @@ def test_verls_trainer_runs_resumes_and_serves_on_cpu(cpuhf):
 @pytest.mark.timeout(2400)  # with the cpuhf run when this test runs alone
 def test_verls_vllm_rollout_runs_resumes_agrees_and_serves_on_cpu(cpuhf, tmp_path):
     policy = cpuhf[0] / "bench" / "sync" / "verl" / "policy"
-    python = VLLM_PYTHON or str(ROOT / ".venv-verl-vllm/bin/python")
-    r, figures, logs = bench(tmp_path, "--skip-cpuhf", "--vllm", python, "--policy", str(policy))
+    r, figures, logs = bench(tmp_path, "--skip-cpuhf", "--vllm", VERL_VLLM_PYTHON, "--policy", str(policy))
     assert r.returncode == 0, r.stdout + r.stderr[-3000:] + logs
     assert int(figures["verl_cpu_vllm_steps"]) >= 2, logs
     assert figures["verl_cpu_vllm_resumed"] == "1", logs

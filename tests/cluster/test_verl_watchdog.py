@@ -11,14 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.verl_vllm import VERL_VLLM_PYTHON, needs_vllm
+
 pytest.importorskip("verl")
 pytestmark = pytest.mark.verl_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = os.environ.get("ORCHESTRA_VERL_VLLM_PYTHON", "")
-needs_vllm = pytest.mark.skipif(not VLLM_PYTHON and not os.environ.get("ORCHESTRA_REQUIRE_VLLM"),
-                                reason="verl's vLLM rollout runs in the venv `make verl-vllm-cpu` builds "
-                                       "(ORCHESTRA_VERL_VLLM_PYTHON=.venv-verl-vllm/bin/python)")
 
 
 @needs_vllm
@@ -33,9 +31,8 @@ def test_a_failed_weight_sync_into_vllm_is_ended_by_the_watchdog(tmp_path):
     the watchdog's ending is asserted."""
     from cluster.verl_wait import WATCHDOG_EXIT
 
-    python = VLLM_PYTHON or str(ROOT / ".venv-verl-vllm/bin/python")
     # one FSDP rank and one replica (the hang is the same at two): the job reaches its first sync sooner
-    cmd = [python, "-m", "cluster.verl_job", "experiment=verl_cpu_tiny", "verl.rollout=vllm", "verl.warm_start=false",
+    cmd = [VERL_VLLM_PYTHON, "-m", "cluster.verl_job", "experiment=verl_cpu_tiny", "verl.rollout=vllm", "verl.warm_start=false",
            "verl.gpus_per_node=1", "verl.watchdog_s=150", "algo.steps=1", f"verl.output_dir={tmp_path / 'hang'}",
            "--here"]
     env = {**os.environ, "ORCHESTRA_CPU_VLLM_PATCH": "off", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0",

