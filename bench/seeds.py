@@ -76,9 +76,9 @@ def pooled(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, float]:
 
 def describe_seed(seed: int, s: dict[str, Any], cfg: Any) -> dict[str, Any]:
     """INFO lines for one seed's summary, and its figures for the RESULT lines."""
-    from orchestra.eval.verdict import Goals, sft_goal, verdict
+    from orchestra.eval.verdict import goals_of, sft_goal, verdict
 
-    v = verdict(s, Goals(cfg.train.min_pref_spread, cfg.train.min_unseen_adherence), sft_goal(cfg))
+    v = verdict(s, goals_of(cfg), sft_goal(cfg))
     sft, rl = s.get("after_sft") or {}, s.get("after_rl") or {}
     print(f"INFO seed {seed}: after SFT spread {sft.get('pref_spread', float('nan')):.2f} monotone "
           f"{sft.get('monotone', float('nan')):.0f}; after RL spread {rl.get('pref_spread', float('nan')):.2f} "

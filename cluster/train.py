@@ -63,16 +63,18 @@ def main(argv: list[str] | None = None) -> int:
 def verdict_lines(cfg: Any, summary: dict) -> int:
     """The run's verdict (orchestra/eval/verdict.py): its RESULT lines, the warning block when it failed, and the
     exit status (1 only for a failed run under train.strict)."""
-    from orchestra.eval.verdict import Goals, report, sft_goal, verdict
+    from orchestra.eval.verdict import goals_of, report, sft_goal, verdict
 
     max_steps = sft_goal(cfg)
-    v = verdict(summary, Goals(cfg.train.min_pref_spread, cfg.train.min_unseen_adherence), max_steps)
+    v = verdict(summary, goals_of(cfg), max_steps)
+    for line in v.judged:  # what the verdict read, each figure with its goal
+        print(f"INFO verdict judged {line}")
     if v.follows is None:
         print("INFO heldout_follows_preference: not judged (the held-out tasks were not scored under accuracy-first, "
-              "balanced and cost-first: eval.presets)")
+              "balanced and cost-first, nor under the unseen sweep: eval.presets, eval.sweep)")
     else:
         print(f"RESULT heldout_follows_preference={int(v.follows)}")
-    if max_steps:
+    if max_steps:  # 1 only where SFT's last check passed (sft_shortfall: no check recorded is a shortfall)
         print(f"RESULT sft_goal_reached={int(not v.sft_short)}")
     lines = report(v, summary)
     if lines:

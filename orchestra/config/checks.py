@@ -102,8 +102,6 @@ def validate(cfg: ExperimentConfig) -> None:
     need(not cfg.sft.restate_preference or cfg.sft.teacher in ("expected_value", "cascade"), "sft.restate_preference",
          f"restates the preference in scripted demonstrations: needs sft.teacher expected_value or cascade, not "
          f"{cfg.sft.teacher!r} (add sft.restate_preference=false)")
-    need(not cfg.sft.restate_preference or cfg.agent.preference_words or not cfg.agent.preference_numbers,
-         "sft.restate_preference", "restates the prompt's 'Priorities:' words: needs agent.preference_words=true")
     need(0.0 <= cfg.sft.until_agreement <= 1.0, "sft.until_agreement", "must be in [0, 1] (0: off)")
     need(0.0 <= cfg.sft.label_balance <= 1.0, "sft.label_balance", "must be in [0, 1] (0: off)")
     need(0.0 <= cfg.sft.pref_balance <= 1.0, "sft.pref_balance", "must be in [0, 1] (0: off)")
@@ -123,6 +121,8 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be one of {', '.join(CRITERIA)}, got {cfg.router.select_by!r}")
     need(cfg.train.min_pref_spread >= 1.0, "train.min_pref_spread", "must be >= 1 (accuracy-first $ / cost-first $)")
     need(-1.0 <= cfg.train.min_unseen_adherence <= 1.0, "train.min_unseen_adherence", "must be in [-1, 1] (a Spearman)")
+    need(0.0 <= cfg.train.min_router_share <= 1.0, "train.min_router_share", "must be in [0, 1] (a share of the "
+         "router's fall of $ per step)")
     for name in cfg.eval.presets:
         need(name in PRESETS, "eval.presets", f"{name!r} is not a preset; choose from {sorted(PRESETS)}")
     need(not cfg.sft.paired or bool(cfg.data.preference_pairs), "sft.paired",

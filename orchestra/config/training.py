@@ -211,5 +211,9 @@ class TrainConfig:
     held-out tasks? `strict`: a run that fails it (or whose SFT stopped at sft.max_steps below its goal) exits 1."""
 
     strict: bool = False
-    min_pref_spread: float = 3.0  # accuracy-first $ / cost-first $, at least
-    min_unseen_adherence: float = 0.9  # under the unseen cost-weight sweep (eval.sweep), at least
+    min_pref_spread: float = 3.0  # accuracy-first $ / cost-first $, at least (where the run's router spreads as far)
+    # at every step of the presets and of the unseen sweep, the policy's $ falls on the log scale by at least this
+    # share of its estimator router's fall over the same tasks and step (orchestra/eval/verdict.py)
+    min_router_share: float = 1 / 3
+    # without router figures to judge the sweep's steps by: −Spearman(cost weight, $) under the sweep, at least
+    min_unseen_adherence: float = 0.9

@@ -1,30 +1,46 @@
 """The verdict a training run ends with: did the policy come out following its user's preference, and if not, in
 which phase was it lost and what to try. Pure functions of the run's summary (cluster/trainer.py writes it), so
-`make train`, bench/seeds.py and the tests read one rule.
+`make train`, bench/seeds.py, SFT's own check (cluster/heldout.train_check) and the tests read one rule.
 
-A policy *follows its preference* on the held-out tasks when, under the trained presets accuracy-first, balanced
-and cost-first, its $ falls strictly in that order (`monotone`), accuracy-first spends at least `min_spread` times
-what cost-first spends (`pref_spread`), and under the adherence sweep, cost weights no training used, $ falls with
-the weight (`unseen_adherence`, −Spearman, at least `min_adherence`). Where it does not, the phase is named by the
-same figures taken after the warm start: the warm start already gave one behaviour to every preset (lost in SFT),
-or RL undid a warm start that followed it (lost in RL). An SFT that stopped at `sft.max_steps` below its agreement
-goal (`sft.until_agreement`, `sft.until_follows`) is a failure of its own: the warm start is not what the recipe
-promises, whatever the figures after RL say.
-A run without the three presets (or without the sweep) gets no verdict on what it did not measure: `checked` says
-which figures the verdict rests on, never a pass for a figure that is absent.
+The rule is a *shape*, judged against what the run's own estimator router does on the same tasks and weights (the
+router the warm start was taught by: a goal its own teacher cannot reach is neither demanded nor reported as a
+failure). Two curves of mean $ per episode, each ordered by rising cost weight:
+- the presets accuracy-first, balanced, cost-first (trained vectors), and
+- the unseen sweep (orchestra/eval/adherence.py: cost weights 0.03 ... 3 at accuracy 1, latency 0; vectors, and
+  with agent.preference_numbers numbers, no training rendered).
+At every step of a curve the policy's fall of $ on the log scale, ln($ before / $ after), must be at least
+`share` (1/3) of its router's fall over the same step; where the router is flat the policy must not rise, where it
+rises the policy may rise by the same share of it. So a flat middle fails (one step carrying the whole fall was what
+rank-only adherence let through), and a router that sends two presets to the same model asks no fall there. Besides,
+accuracy-first must spend at least `min_spread` times what cost-first spends (`pref_spread`), asked only where the
+router itself spreads that far. Without router figures (a run whose teacher fitted none) each step must fall
+strictly and, for the sweep, −Spearman(weight, $) must reach `min_adherence`. A figure that is nan (not measured
+where it should be, a $ of nan) fails; `judged` lists every figure the verdict read, with its goal.
+Decided before the held-out draw of issue 69 was run (data.heldout_seed): the share is not tuned to it.
+
+Where the policy does not follow, the phase is named by the same figures after the warm start: it already failed
+(lost in SFT), or RL undid a warm start that passed (lost in RL). An SFT that stopped at `sft.max_steps` below its
+goal (sft.until_agreement, sft.until_follows; its last check failed, the last step included) fails on its own.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from orchestra.preferences import COST_ORDER
+
+# a goal met exactly is met: scipy's Spearman of 0.9 is 0.8999999999999999, ln(a / b) - ln(a / b) need not be 0
+TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
 class Goals:
     min_spread: float = 3.0
-    min_adherence: float = 0.9
+    min_adherence: float = 0.9  # the sweep, where the run has no router figures to judge its steps against
+    share: float = 1 / 3  # of the router's log-fall of $, at every step of a curve
 
     def spread_ok(self, spread: float) -> bool:
         return spread >= self.min_spread - TOLERANCE  # nan fails
@@ -33,17 +49,114 @@ class Goals:
         return adherence >= self.min_adherence - TOLERANCE
 
 
-# a Spearman that is 0.9 exactly (five sweep points, one tie) comes out of scipy as 0.8999999999999999
-TOLERANCE = 1e-9
+def goals_of(cfg: Any) -> Goals:
+    t = cfg.train
+    return Goals(t.min_pref_spread, t.min_unseen_adherence, t.min_router_share)
+
+
+def log_fall(before: float, after: float) -> float:
+    """ln(before / after): > 0 where $ fell; 0 where both are 0; nan where either is nan or negative."""
+    if not (before >= 0 and after >= 0):  # nan and negatives
+        return float("nan")
+    if before == after:
+        return 0.0
+    if after == 0:
+        return math.inf
+    return -math.inf if before == 0 else math.log(before / after)
+
+
+@dataclass
+class Curve:
+    """One judged curve: the policy's $ per point, its router's (None: no router figures), the points' labels."""
+
+    name: str
+    labels: list[str]
+    policy: list[float]
+    router: list[float] | None = None
+
+
+def step_problems(c: Curve, goals: Goals) -> tuple[list[str], str]:
+    """(a line per failing step, the figure as judged) of one curve."""
+    falls = [log_fall(a, b) for a, b in zip(c.policy, c.policy[1:])]
+    if c.router is not None:
+        need = [goals.share * log_fall(a, b) for a, b in zip(c.router, c.router[1:])]
+        ok = [f >= n - TOLERANCE for f, n in zip(falls, need, strict=True)]  # nan on either side fails
+        goal = f"each >= {goals.share:.2g} x its router's " + " · ".join(f"{n / goals.share:.2f}" for n in need)
+    else:
+        need = [0.0] * len(falls)
+        ok = [f > 0 for f in falls]  # no router: $ must fall strictly at every step
+        goal = "each > 0 (no router figures: strictly falling)"
+    shown = " · ".join(f"{f:.2f}" for f in falls)
+    line = f"{c.name}: ln($ fall) per step {shown} ({goal}); $ " + " · ".join(f"{100 * x:.4f}" for x in c.policy) + " ¢"
+    bad = [f"{c.name}: from {a} to {b} $ falls {f:.2f} on the log scale, "
+           + (f"goal >= {n:.2f} ({goals.share:.2g} of its router's fall)" if c.router is not None else "goal > 0")
+           for a, b, f, n, good in zip(c.labels, c.labels[1:], falls, need, ok) if not good]
+    return bad, line
+
+
+def preset_curve(figures: dict[str, Any], router: dict[str, Any] | None) -> Curve | None:
+    """The presets' curve from an evaluation summary's `by_pref` (None without the three cost-ordered presets)."""
+    by = figures.get("by_pref") or {}
+    if not all(p in by for p in COST_ORDER):
+        return None
+    rb = (router or {}).get("by_pref") or {}
+    return Curve("presets", list(COST_ORDER), [float(by[p]["cost_usd"]) for p in COST_ORDER],
+                 [float(rb[p]["cost_usd"]) for p in COST_ORDER] if all(p in rb for p in COST_ORDER) else None)
+
+
+def sweep_curve(sweep: dict[str, Any] | None, router_sweep: dict[str, Any] | None) -> Curve | None:
+    """The unseen sweep's curve (None when it was not run); the router's only where it ran the same weights."""
+    points = sorted((sweep or {}).get("points") or [], key=lambda p: p["cost_weight"])
+    if not points:
+        return None
+    weights = [p["cost_weight"] for p in points]
+    rp = sorted((router_sweep or {}).get("points") or [], key=lambda p: p["cost_weight"])
+    router = [float(p["cost_usd"]) for p in rp] if [p["cost_weight"] for p in rp] == weights else None
+    return Curve("unseen sweep", [f"cost {w:g}" for w in weights], [float(p["cost_usd"]) for p in points], router)
+
+
+def problems(presets: Curve | None, sweep: Curve | None, goals: Goals, adherence: float | None = None
+             ) -> tuple[list[str], list[str]]:
+    """(what fails, what was judged: one line per figure with its value and goal)."""
+    out, judged = [], []
+    if presets is not None:
+        spread = presets.policy[0] / presets.policy[-1] if presets.policy[-1] > 0 else (
+            math.inf if presets.policy[0] > 0 else float("nan"))
+        r_spread = (presets.router[0] / presets.router[-1] if presets.router and presets.router[-1] > 0
+                    else math.inf if presets.router else None)
+        if r_spread is not None and r_spread < goals.min_spread:
+            judged.append(f"pref_spread {spread:.2f}x: not asked (its router spreads {r_spread:.2f}x, under the "
+                          f"goal {goals.min_spread:g}x)")
+            if math.isnan(spread):
+                out.append("accuracy-first and cost-first $ are nan")
+        else:
+            judged.append(f"pref_spread {spread:.2f}x (goal >= {goals.min_spread:g}x"
+                          + (f"; its router {r_spread:.2f}x)" if r_spread is not None else ")"))
+            if not goals.spread_ok(spread):
+                out.append(f"accuracy-first spends {spread:.2f}x what cost-first spends (goal >= {goals.min_spread:g}x)")
+        bad, line = step_problems(presets, goals)
+        out += bad
+        judged.append(line)
+    if sweep is not None:
+        bad, line = step_problems(sweep, goals)
+        out += bad
+        judged.append(line)
+        if sweep.router is None:  # no router to judge the steps against: rank adherence too, as before issue 69
+            shown = "nan" if adherence is None or math.isnan(adherence) else f"{adherence:.2f}"
+            judged.append(f"unseen adherence {shown} (goal >= {goals.min_adherence:g})")
+            if adherence is None or not goals.adherence_ok(adherence):
+                out.append(f"under cost weights never trained on, $ follows the weight with adherence {shown} "
+                           f"(goal >= {goals.min_adherence:g})")
+    return out, judged
 
 
 @dataclass
 class Verdict:
-    follows: bool | None  # None: the run measured none of the figures (no cost-ordered presets)
+    follows: bool | None  # None: the run measured none of the figures (no cost-ordered presets, no sweep)
     lost_in: str = ""  # "sft" | "rl" | "" (follows, or no verdict)
     problems: list[str] = field(default_factory=list)  # what fails after RL, one line each
     sft_short: str = ""  # SFT ended at its step cap below its goal: the line saying so
-    checked: list[str] = field(default_factory=list)
+    judged: list[str] = field(default_factory=list)  # every figure read, with its value and goal
 
     @property
     def ok(self) -> bool:
@@ -51,54 +164,49 @@ class Verdict:
         return self.follows is not False and not self.sft_short
 
 
-def problems(figures: dict[str, Any], adherence: float | None, goals: Goals) -> tuple[list[str], list[str]]:
-    """(what fails, what was checked) of one evaluation's summary (`pref_spread`, `monotone`) and an unseen-sweep
-    adherence (None: not measured)."""
-    out, checked = [], []
-    spread, monotone = figures.get("pref_spread"), figures.get("monotone")
-    if spread is not None:
-        checked.append("pref_spread")
-        if not goals.spread_ok(spread):
-            out.append(f"accuracy-first spends {spread:.2f}x what cost-first spends (goal >= {goals.min_spread:g}x)")
-    if monotone is not None:
-        checked.append("monotone")
-        if monotone < 1:
-            out.append("$ does not fall strictly from accuracy-first to balanced to cost-first")
-    if adherence is not None:
-        checked.append("unseen_adherence")
-        if not goals.adherence_ok(adherence):
-            shown = "nan (one $ for every cost weight)" if math.isnan(adherence) else f"{adherence:.2f}"
-            out.append(f"under cost weights never trained on, $ follows the weight with adherence {shown} "
-                       f"(goal >= {goals.min_adherence:g})")
-    return out, checked
-
-
 def sft_shortfall(summary: dict[str, Any], max_steps: int) -> str:
-    """The line for an SFT that ran to `max_steps` and whose last check (cluster/heldout.train_check) did not pass
-    ("" otherwise, or where SFT checked nothing)."""
-    checks = summary.get("sft_agreement_checks") or []
-    if not checks or not max_steps or summary.get("sft_steps_done", 0) < max_steps or checks[-1].get("passed", True):
+    """The line for an SFT that ran to `max_steps` and whose last check (cluster/heldout.train_check, run at the last
+    step too) did not pass ("" otherwise); an SFT with a goal that recorded no check is short of it too."""
+    if not max_steps:
         return ""
-    return f"SFT stopped at sft.max_steps={max_steps} below its goal: {checks[-1].get('below', '')}"
+    checks = summary.get("sft_agreement_checks") or []
+    if not checks:
+        return "SFT has a goal (sft.until_agreement / sft.until_follows) but recorded no check of it"
+    if checks[-1].get("passed", False):
+        return ""
+    return (f"SFT stopped at {summary.get('sft_steps_done', checks[-1].get('step', 0))} steps (sft.max_steps="
+            f"{max_steps}) below its goal, as checked at step {checks[-1].get('step', '?')}: {checks[-1].get('below', '')}")
+
+
+def curves(summary: dict[str, Any], phase: str) -> tuple[Curve | None, Curve | None, float | None]:
+    """The presets' and the sweep's curves, and the sweep's adherence, of `phase` ("rl": after RL, "sft")."""
+    router = summary.get("router") or {}
+    if phase == "rl":
+        figures, sweep, adherence = summary.get("after_rl") or {}, summary.get("unseen_sweep"), \
+            (summary.get("unseen_sweep") or {}).get("adherence")
+    else:
+        figures, sweep, adherence = summary.get("after_sft") or {}, summary.get("sft_unseen_sweep"), \
+            summary.get("sft_unseen_adherence")
+    return preset_curve(figures, router), sweep_curve(sweep, summary.get("router_sweep")), adherence
 
 
 def verdict(summary: dict[str, Any], goals: Goals, sft_max_steps: int = 0) -> Verdict:
-    """The run's verdict from its summary (after_sft, after_rl, unseen_sweep, sft_* figures)."""
-    rl = summary.get("after_rl") or {}
-    sweep = summary.get("unseen_sweep") or {}
-    adherence = sweep.get("adherence") if sweep else None
-    found, checked = problems(rl, adherence, goals)
+    """The run's verdict from its summary (after_sft, after_rl, unseen_sweep, router, router_sweep, sft_* figures)."""
+    presets, sweep, adherence = curves(summary, "rl")
     short = sft_shortfall(summary, sft_max_steps)
-    if not checked:
+    if presets is None and sweep is None:
         return Verdict(None, sft_short=short)
+    found, judged = problems(presets, sweep, goals, adherence)
     if not found:
-        return Verdict(True, sft_short=short, checked=checked)
-    sft = summary.get("after_sft") or {}
+        return Verdict(True, sft_short=short, judged=judged)
+    before_p, before_s, before_a = curves(summary, "sft")
     # the warm start's own figures name the phase: it failed already (SFT), or it passed what was measured of it (RL);
     # none measured (no after-SFT evaluation in the summary): not named
-    before, sft_checked = problems(sft, summary.get("sft_unseen_adherence"), goals)
-    lost = "sft" if before else ("rl" if sft_checked else "")
-    return Verdict(False, lost, found, short, checked)
+    if before_p is None and before_s is None:
+        lost = ""
+    else:
+        lost = "sft" if problems(before_p, before_s, goals, before_a)[0] else "rl"
+    return Verdict(False, lost, found, short, judged)
 
 
 ADVICE = {
@@ -128,7 +236,7 @@ def report(v: Verdict, summary: dict[str, Any]) -> list[str]:
         else:
             lines.append("  where it was lost is not known: the summary holds no evaluation after the warm start")
     if v.sft_short:
-        lines.append(f"{v.sft_short}; raise sft.max_steps or sft.lr, or read docs/quality.md on the warm start.")
+        lines.append(f"{v.sft_short}; raise sft.max_steps or sft.lr, or read docs/recipe.md on the warm start.")
     return lines
 
 
@@ -137,3 +245,10 @@ def sft_goal(cfg: Any) -> int:
     sft.until_follows), else 0: no goal to fall short of."""
     s = cfg.sft
     return s.max_steps if (s.until_agreement and cfg.agent.route_hints) or s.until_follows else 0
+
+
+def ladder_curve(by_pref: dict[str, float], router: dict[str, float] | None, names: Sequence[str]) -> Curve:
+    """SFT's check's cost ladder as a curve (cluster/heldout.train_check): `by_pref` and `router` map each of `names`
+    (the ladder's vector names, by rising weight) to a mean $."""
+    return Curve("cost ladder", list(names), [by_pref.get(n, float("nan")) for n in names],
+                 [router.get(n, float("nan")) for n in names] if router else None)
