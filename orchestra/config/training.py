@@ -185,6 +185,11 @@ class DataConfig:
     # under its own vector. Empty: off (one vector per task, from data.preference).
     preference_pairs: str = ""
     seed: int = 0
+    # which draw of held-out tasks the run is scored on: None, the draw `seed` gives (the one every run before issue
+    # 69 used); an int, another draw (template tasks: other problems from the same world; a loaded set: the first
+    # n_heldout of the order this seed shuffles, training tasks keeping `seed`'s order without them). The presets'
+    # value is one no development run looked at (docs/recipe.md, "Held-out draws")
+    heldout_seed: int | None = None
     # A source's own named splits, `train,heldout` (e.g. `train,test`: a τ² domain's split file); empty: the
     # source's tasks are split by seed into n_train / n_heldout. Each named split is cut to its n.
     splits: str = ""

@@ -46,6 +46,10 @@ def _template(spec: str, data_cfg: Any, tiers: dict[str, str] | None) -> tuple[l
     families = list(data_cfg.families) or None
     train = generate_tasks(data_cfg.n_train, data_cfg.seed, families, "train", mapping=tiers)
     held = generate_tasks(data_cfg.n_heldout, data_cfg.seed, families, "heldout", mapping=tiers)
+    draw = getattr(data_cfg, "heldout_seed", None)
+    if draw is not None:  # another draw, none of whose problems the seed's own draw holds
+        held = generate_tasks(data_cfg.n_heldout, data_cfg.seed, families, "heldout", mapping=tiers, draw=draw,
+                              exclude={t.problem for t in held.tasks})
     corpus = {p["id"]: p for p in train.corpus + held.corpus}
     return train.tasks, held.tasks, list(corpus.values())
 
@@ -87,18 +91,34 @@ def split_order(tasks: list[Task], seed: int) -> list[Task]:
     return order
 
 
-def split_tasks(tasks: list[Task], n_train: int, n_heldout: int, seed: int) -> tuple[list[Task], list[Task]]:
-    """Deterministic disjoint split of a loaded set: shuffle by seed, held-out first, then train."""
+def split_rest(tasks: list[Task], n_heldout: int, seed: int, heldout_seed: int | None = None
+               ) -> tuple[list[Task], list[Task]]:
+    """(held-out tasks, the rest in the order training and router.extra_tasks take them). `seed`'s order holds the
+    held-out tasks first; another draw (data.heldout_seed) takes the first `n_heldout` of the order `heldout_seed`
+    shuffles that `seed`'s own held-out tasks are not among, and leaves the rest in `seed`'s order with `seed`'s own
+    held-out tasks last: training keeps its tasks but for the few the new draw holds."""
     order = split_order(tasks, seed)
-    heldout = order[:n_heldout]
-    train = order[n_heldout:n_heldout + n_train]
+    if heldout_seed is None:
+        return order[:n_heldout], order[n_heldout:]
+    own = {id(t) for t in order[:n_heldout]}
+    held = [t for t in split_order(tasks, heldout_seed) if id(t) not in own][:n_heldout]
+    ids = {id(t) for t in held}
+    return held, [t for t in order[n_heldout:] + order[:n_heldout] if id(t) not in ids]
+
+
+def split_tasks(tasks: list[Task], n_train: int, n_heldout: int, seed: int, heldout_seed: int | None = None
+                ) -> tuple[list[Task], list[Task]]:
+    """Deterministic disjoint split of a loaded set: shuffle by seed, held-out first, then train (`split_rest`)."""
+    heldout, rest = split_rest(tasks, n_heldout, seed, heldout_seed)
+    train = rest[:n_train]
     if not train:
         raise ValueError(f"only {len(tasks)} tasks: nothing left for training after {n_heldout} held out")
     return train, heldout
 
 
 def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None) -> tuple[list[Task], list[Task], Corpus]:
-    """(train, heldout, corpus) from DataConfig (source, n_train, n_heldout, families, seed, preference)."""
+    """(train, heldout, corpus) from DataConfig (source, n_train, n_heldout, families, seed, heldout_seed,
+    preference)."""
     source = str(data_cfg.source)
     load = task_source(source)
     if getattr(data_cfg, "splits", "") and not any(TASK_SOURCES.get(p) is load for p in NAMED_SPLITS):
@@ -107,7 +127,7 @@ def build_task_set(data_cfg: Any, tiers: dict[str, str] | None = None) -> tuple[
     tasks, heldout, corpus = load(source, data_cfg, tiers)
     if heldout is None:
         tasks, heldout = split_tasks(_prepared(tasks, data_cfg, tiers), data_cfg.n_train, data_cfg.n_heldout,
-                                     data_cfg.seed)
+                                     data_cfg.seed, getattr(data_cfg, "heldout_seed", None))
     return _with_preference(tasks, data_cfg), heldout, corpus
 
 
@@ -121,8 +141,9 @@ def build_router_pool(data_cfg: Any, n: int, tiers: dict[str, str] | None = None
     if heldout is not None:
         raise ValueError(f"router.extra_tasks={n}: the source {source!r} generates or splits its own tasks; extra "
                          "router tasks come from a loaded set split by seed (loader:..., a task file)")
-    start = data_cfg.n_heldout + data_cfg.n_train
-    pool = split_order(_prepared(tasks, data_cfg, tiers), data_cfg.seed)[start:start + n]
+    _, rest = split_rest(_prepared(tasks, data_cfg, tiers), data_cfg.n_heldout, data_cfg.seed,
+                         getattr(data_cfg, "heldout_seed", None))
+    pool = rest[data_cfg.n_train:data_cfg.n_train + n]
     if len(pool) < n:
         raise ValueError(f"router.extra_tasks={n}: the source {source!r} has only {len(pool)} tasks after the "
                          f"{data_cfg.n_heldout} held-out and {data_cfg.n_train} training ones")

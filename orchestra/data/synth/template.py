@@ -50,11 +50,15 @@ def default_tiers() -> dict[str, str]:
 
 def generate_tasks(n: int, seed: int, families: list[str] | None = None, split: str = "train",
                    mapping: dict[str, str] | None = None, tools: list[str] | None = None,
-                   pref: dict[str, float] | None = None) -> TaskSet:
+                   pref: dict[str, float] | None = None, draw: int | None = None,
+                   exclude: set[str] | frozenset[str] = frozenset()) -> TaskSet:
     """n tasks of the given families (round-robin, so the mix is balanced), reproducible from `seed`.
 
     mapping: tier -> expert (default: the configured zoo's tiers). pref: a fixed preference for every task
-    (evaluation); default: one sampled per task (training scheme)."""
+    (evaluation); default: one sampled per task (training scheme). draw (data.heldout_seed): another draw of the
+    split's problems from the same world (the lookup family's corpus is `seed`'s), with ids of its own; None: the
+    draw the seed's own streams give. Which split a problem is in depends on its text only, so every draw of the
+    held-out split is disjoint from every training split. exclude: problem texts never to draw (another draw's)."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     if split not in SPLITS:
@@ -66,9 +70,11 @@ def generate_tasks(n: int, seed: int, families: list[str] | None = None, split: 
     mapping = dict(default_tiers() if mapping is None else mapping)
     tools = list(tools or ORCHESTRATOR_TOOLS)
     world = fam.World(seed) if "lookup" in families else None
-    pref_rng = random.Random(f"pref:{seed}:{split}")
-    rngs = {f: random.Random(f"{f}:{seed}") for f in families}  # one stream per family: shared by both splits
-    seen: set[str] = set()
+    tag = f"{seed}" if draw is None else f"{seed}d{draw}"
+    pref_rng = random.Random(f"pref:{tag}:{split}")
+    # one stream per family: shared by both splits (a draw has streams of its own)
+    rngs = {f: random.Random(f"{f}:{seed}" if draw is None else f"{f}:{seed}:draw{draw}") for f in families}
+    seen: set[str] = set(exclude)
     tasks: list[Task] = []
     for i in range(n):
         family = families[i % len(families)]
@@ -88,7 +94,7 @@ def generate_tasks(n: int, seed: int, families: list[str] | None = None, split: 
             meta["code"] = p.code
         if p.doc_ids:
             meta["doc_ids"] = p.doc_ids
-        tasks.append(Task(id=f"{split}-{family}-{seed}-{i:05d}", problem=p.problem, answer=p.answer,
+        tasks.append(Task(id=f"{split}-{family}-{tag}-{i:05d}", problem=p.problem, answer=p.answer,
                           category="qa", data_source=f"synthetic/{family}", tools=list(tools),
                           model_mapping=dict(mapping),
                           pref=dict(pref) if pref is not None else sample_preference(pref_rng, list(mapping)),
