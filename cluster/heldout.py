@@ -14,9 +14,9 @@ taught. With `eval.sweep` the held-out tasks are also played under the adherence
 the RL pairing's), and `sweep_summary` gives its `adherence` (−Spearman of cost weight and $) and points.
 Under `agent.route_hints` every summary also says how often the policy called the plan its prompt's router line
 suggested (`hint_agreement`, per preset in `by_pref`): a hinted policy that never learned to copy the line
-collapses to one plan per preset, and `hint_warning` says so after SFT instead of leaving it to the figures;
-`train_check` measures the same, and whether $ follows the presets, on training tasks while SFT runs
-(`sft.until_agreement`, `sft.until_follows`).
+collapses to one plan per preset, and `hint_warning` says so after SFT instead of leaving it to the figures
+(cluster/sft_check.py measures the same on training tasks while SFT runs). `router_summary` plays the run's estimator
+router on the same tasks, presets and sweep: the baseline the policy is measured, and judged, against.
 When to evaluate is cluster/trainer.py's business.
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -34,14 +33,11 @@ from orchestra.agent.hints import suggestion
 from orchestra.eval.adherence import PREFIX, check_unseen, sweep_points, sweep_preferences
 from orchestra.eval.adherence import adherence as adherence_of
 from orchestra.eval.escalation import escalation
-from orchestra.eval.verdict import Goals
 from orchestra.preferences import (
-    CHECK_COSTS,
     COST_ORDER,
     paired_preferences,
     parse_pairs,
     preset,
-    sweep_vectors,
 )
 from orchestra.routing.cascade import expected_calls, is_cascade
 from orchestra.rundir.records import episode_seed, score_kwargs
@@ -144,63 +140,6 @@ def hint_agreement(results: list[EpisodeResult], requests: list[dict[str, Any]],
     return out
 
 
-def train_check(cfg: Any, train: list[Task], step: int, rollout: Callable[..., list[EpisodeResult]], bars: Any,
-                sync: Callable[[], Any], what: list[str], min_spread: float = 3.0, min_adherence: float = 0.9
-                ) -> dict[str, Any]:
-    """SFT's check of the policy (cluster/warm_start.sft_loop): the learner's weights to the workers (`sync`), then
-    greedy episodes on (up to eval.n_tasks) training tasks under each eval preset (`rollout(requests,
-    eval_mode=True, bar=...)`, the trainer's). `what` (warm_start.sft_checks): `hints`, every preset's share calling
-    its hint's plan reaches sft.until_agreement; `follows`, the verdict's figures on the training tasks: $ falls
-    strictly over the cost-ordered presets, accuracy-first spends at least `min_spread` x cost-first
-    (train.min_pref_spread), and along a cost ladder in the adherence sweep's bins but off its weights
-    (orchestra/preferences.CHECK_COSTS) $ follows the weight with adherence >= `min_adherence`
-    (train.min_unseen_adherence). -> {passed, line, below, hint_<preset>..., pref_spread, monotone,
-    ladder_adherence}. Training tasks, not held-out ones: the decision to train on must not read the tasks the run
-    is scored on."""
-    sync()
-    prefs, tasks = presets(cfg), train[: cfg.eval.n_tasks]
-    reqs = requests(tasks, cfg.seed, 1, f"sft{step}", prefs)
-    ladder = sweep_vectors(CHECK_COSTS) if "follows" in what else {}
-    reqs_ladder = requests(tasks, cfg.seed, 1, f"sft{step}", list(ladder), ladder) if ladder else []
-    bar = bars.add(f"SFT check {step}", len(reqs) + len(reqs_ladder))
-    results = rollout(reqs + reqs_ladder, eval_mode=True, bar=bar)
-    bars.remove(bar)
-    results, on_ladder = results[: len(reqs)], results[len(reqs):]
-    out: dict[str, Any] = {"passed": True}
-    lines, below = [], []
-    if "hints" in what:
-        found = hint_agreement(results, reqs, prefs)
-        shares = found.get("hint_agreement_by_pref") or {"all": found.get("hint_agreement", 0.0)}
-        goal = cfg.sft.until_agreement
-        low = {k: v for k, v in shares.items() if v < goal}
-        out.update({f"hint_{k}": v for k, v in shares.items()})
-        lines.append("the policy copies its route hint on " + ", ".join(f"{v:.0%} ({k})" for k, v in shares.items())
-                     + " of training tasks")
-        below += [f"{v:.0%} hint agreement under {k} (goal {goal:.0%})" for k, v in low.items()]
-    if "follows" in what:
-        name_of = preset_of(reqs, prefs) if len(prefs) > 1 else {}
-        by_pref: dict[str, list[float]] = {}
-        for r in results:
-            by_pref.setdefault(name_of.get(r.traj.uid, ""), []).append(r.traj.cost_usd)
-        figures = adherence({p: {"cost_usd": mean(v)} for p, v in by_pref.items()})
-        spread, monotone = figures.get("pref_spread", float("nan")), figures.get("monotone", 0.0)
-        # the cost ladder: $ along the bin words, as the verdict's unseen sweep asks of held-out tasks
-        walked = adherence_of(sweep_points([{"policy": "p", "preference": f"{PREFIX}{q['task']['pref']['cost']:g}",
-                                             "cost_usd": r.traj.cost_usd, "correct": False}
-                                            for q, r in zip(reqs_ladder, on_ladder, strict=True)], "p"))
-        out.update(pref_spread=spread, monotone=monotone, ladder_adherence=walked)
-        lines.append(f"accuracy-first spends {spread:.2f}x what cost-first spends, $ "
-                     + ("falls" if monotone else "does not fall") + f" over the presets, ladder adherence {walked:.2f} "
-                     "(training tasks)")
-        goals = Goals(min_spread, min_adherence)
-        if not (goals.spread_ok(spread) and monotone == 1):
-            below.append(f"preference spread {spread:.2f}x (goal >= {min_spread:g}x), monotone {monotone:.0f}")
-        if not goals.adherence_ok(walked):
-            below.append(f"cost-ladder adherence {walked:.2f} (goal >= {min_adherence:g})")
-    out.update(passed=not below, line="; ".join(lines), below="; ".join(below))
-    return out
-
-
 def hint_warning(summary: dict[str, Any]) -> str:
     """A warning when the policy follows its route hints on fewer than HINT_AGREEMENT_LOW of the held-out episodes
     under some preset ("" otherwise, or without hints)."""
@@ -279,36 +218,61 @@ def _summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Tas
             **escalation(trajs)}  # with consult / submit: P(escalate | disagree), P(escalate | agree)
 
 
-def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, tokenizer: Any) -> dict[str, Any]:
-    """The estimator router (`<run_dir>/router/`, saved by the expected-value warm start) on the same held-out
-    tasks, presets and tools: the baseline the orchestrator is measured against. Scripted episodes in this
-    process, scored as the policy's are; {} when the run has no router."""
+def router_records(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, tokenizer: Any,
+                   vectors: dict[str, Preference]) -> list[dict[str, Any]] | None:
+    """The estimator router (`<run_dir>/router/`, saved by the expected-value warm start) played on `tasks` under each
+    named vector: scripted episodes in this process, scored as the policy's are (orchestra/eval/runner.py records);
+    None when the run has no router."""
     from orchestra.agent.prompt import Prompter
     from orchestra.engine import eos_token_ids
     from orchestra.eval.runner import Evaluator
-    from orchestra.eval.stats import summarize
     from orchestra.routing import registry
     from reward.score import episode_scorer
     from tools.retrieval.dense import embed_texts
 
     router = registry.load_saved(run_dir, embed_texts, [registry.get("estimator")]).get("estimator")
     if router is None:
-        return {}
+        return None
     r, m, eos = cfg.reward, cfg.model, eos_token_ids(tokenizer)
     ev = Evaluator(tokenizer, Prompter(tokenizer, **cfg.agent.prompter_kwargs()), {0: tools}, eos[0],
                    agent_kwargs={**cfg.agent.loop_kwargs(), "eos_token_ids": eos},
                    score=episode_scorer(dict(r.judges), cost_scale=r.cost_scale, latency_scale=r.latency_scale,
                                         price_in=m.price_in_per_mtok, price_out=m.price_out_per_mtok),
                    concurrency=32, routers={"estimator": router.script})
+    return asyncio.run(ev.run(tasks, ["estimator"], dict(vectors), [0], pref_policies=("estimator",)))
+
+
+def router_costs(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean $ per episode of the router's records, by vector name."""
+    acc: dict[str, list[float]] = {}
+    for x in records:
+        acc.setdefault(x["preference"], []).append(float(x["cost_usd"]))
+    return {k: mean(v) for k, v in acc.items()}
+
+
+def router_summary(cfg: Any, run_dir: Path, tasks: list[Task], tools: Any, tokenizer: Any,
+                   sweep: dict[str, Preference] | None = None) -> dict[str, Any]:
+    """The estimator router on the same held-out tasks, presets and tools as the policy: the baseline the orchestrator
+    is measured against, and (with `sweep`) its $ along the unseen sweep, `sweep`: {points}, the curve the verdict
+    judges the policy's sweep by (orchestra/eval/verdict.py). {} when the run has no router."""
+    from orchestra.eval.stats import summarize
+
     names = presets(cfg)
-    records = asyncio.run(ev.run(tasks, ["estimator"], {p: preset(p) for p in names}, [0],
-                                 pref_policies=("estimator",)))
-    rows = {row["preference"]: row for row in summarize(records)}
-    rewards = [{"pref": x["preference"], "task": x["task_id"], "reward": x["reward"]} for x in records]
+    records = router_records(cfg, run_dir, tasks, tools, tokenizer, {**{p: preset(p) for p in names}, **(sweep or {})})
+    if records is None:
+        return {}
+    on_presets = [x for x in records if x["preference"] in names]
+    rows = {row["preference"]: row for row in summarize(on_presets)}
+    rewards = [{"pref": x["preference"], "task": x["task_id"], "reward": x["reward"]} for x in on_presets]
     by_pref = {p: {"score": rows[p]["score"], "accuracy": rows[p]["accuracy"], "cost_usd": rows[p]["cost_cents"] / 100,
                    "latency_s": rows[p]["latency_s"], "tool_mix": rows[p]["tool_mix"]} for p in names if p in rows}
-    return {"score": mean(v["score"] for v in by_pref.values()), "by_pref": by_pref, **adherence(by_pref),
-            "rewards": rewards}
+    out = {"score": mean(v["score"] for v in by_pref.values()), "by_pref": by_pref, **adherence(by_pref),
+           "rewards": rewards}
+    if sweep:
+        on_sweep = [{**x, "policy": "router"} for x in records if x["preference"] in sweep]
+        out["sweep"] = {"points": [{"cost_weight": w, "cost_usd": c, "accuracy": a}
+                                   for w, c, a in sweep_points(on_sweep, "router")]}
+    return out
 
 
 def add_interval(summary: dict[str, Any], key: str, a: dict[str, Any], b: dict[str, Any], what: str) -> str:

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from actors import metrics as dashboard
 from actors.rollout_worker import EpisodeResult
-from cluster import heldout, launch
+from cluster import heldout, launch, rl_gate, sft_check
 from cluster.progress import (
     Bars,
     Phases,
@@ -101,14 +101,18 @@ class Trainer:
                 summary["after_sft"] = self.evaluate("sft")
                 if c.eval.sweep:  # the warm start under the unseen sweep too: the verdict names the phase that lost it
                     sweep = self.evaluate("sweep_sft", heldout.unseen_sweep(c, self.train))
-                    summary["sft_unseen_adherence"] = sweep["adherence"]
+                    summary["sft_unseen_adherence"], summary["sft_unseen_sweep"] = sweep["adherence"], sweep
+                if self.val:  # the warm start on RL's validation split (cluster/rl_gate.py)
+                    summary["val_sft"] = self.evaluate("val_sft", tasks=self.val)
             self.console.print(f"after SFT ({self.phases.times['sft']:.0f}s): {describe(headline(summary['after_sft']))}"
                                + (f", unseen adherence {summary['sft_unseen_adherence']:.2f}"
                                   if "sft_unseen_adherence" in summary else ""))
             if warning := heldout.hint_warning(summary["after_sft"]):
                 self.console.print(f"[yellow]warning: {warning}[/]")
             self.tracker.log(0, {"heldout": summary["after_sft"], "phase_s": self.phases.pop()}, kind="eval")
-            self.save(0, summary)
+            warm = self.save(0, summary)
+            if self.val:  # checkpoints are pruned as RL goes: the warm start is kept apart to go back to
+                rl_gate.keep_warm_start(warm, self.dir)
         step, recoveries = start + 1, 0
         bar = self.bars.add("RL steps", c.algo.steps, completed=start)
         while step <= c.algo.steps:
@@ -133,9 +137,12 @@ class Trainer:
             self.bars.advance(bar)
             step += 1
         with self.phases("eval"):
-            summary["after_rl"] = self.evaluate("final")
-            if c.eval.sweep:  # held-out tasks under vectors no training used (checked)
-                summary["unseen_sweep"] = self.evaluate("sweep", heldout.unseen_sweep(c, self.train))
+            if rl_gate.gate(self, summary):  # RL kept, or the warm start back (cluster/rl_gate.py)
+                summary["after_rl"] = self.evaluate("final")
+                if c.eval.sweep:  # held-out tasks under vectors no training used (checked)
+                    summary["unseen_sweep"] = self.evaluate("sweep", heldout.unseen_sweep(c, self.train))
+            else:  # the warm start is the run's policy: its held-out figures are those taken after SFT
+                summary = rl_gate.reverted(summary)
             summary["router"] = self.evaluate_router()
         self.tracker.log(c.algo.steps, {"heldout": summary["after_rl"]}, kind="eval")
         return self._finish(summary)
@@ -228,10 +235,12 @@ class Trainer:
         return int(meta["step"]), dict(meta.get("summary", {}))
 
     # ------------------------------------------------------------------ phases run by fit and step
-    def evaluate(self, tag: str, vectors: dict[str, Any] | None = None) -> dict[str, Any]:
+    def evaluate(self, tag: str, vectors: dict[str, Any] | None = None, tasks: list[Any] | None = None
+                 ) -> dict[str, Any]:
         """Held-out score: the mean `scalar` rubric value under each eval preset (cluster/heldout.py); with
-        `vectors` (the adherence sweep) the sweep's points and adherence instead."""
-        tasks = self.heldout[: self.cfg.eval.n_tasks]
+        `vectors` (the adherence sweep) the sweep's points and adherence instead; `tasks`: other tasks than the
+        held-out ones (RL's validation split)."""
+        tasks = tasks if tasks is not None else self.heldout[: self.cfg.eval.n_tasks]
         self.sync_weights(only_stale=True)  # a worker restarted since the last sync holds its initial weights
         prefs = list(vectors) if vectors else heldout.presets(self.cfg)
         requests = heldout.requests(tasks, self.cfg.seed, self.cfg.eval.seeds, tag,
@@ -255,16 +264,15 @@ class Trainer:
         from actors.tool_client import RayToolClient
 
         tools = RayToolClient(self.tools, timeout_s=self.cfg.zoo.server.timeout_s)
+        sweep = heldout.unseen_sweep(self.cfg, self.train) if self.cfg.eval.sweep else None
         return heldout.router_summary(self.cfg, self.dir, self.heldout[: self.cfg.eval.n_tasks], tools,
-                                      self.tokenizer())
+                                      self.tokenizer(), sweep)
 
     def sft(self) -> dict[str, float]:
         """The SFT warm start (cluster/warm_start.py); sft.until_agreement / until_follows check the policy as it goes."""
         c = self.cfg
         return warm_start(c, self.learner, self.tools, self.train, self.bars, self.console,
-                          check=lambda step: heldout.train_check(c, self.train, step, self.rollout, self.bars,
-                                                                 self.sync_weights, sft_checks(c),
-                                                                 c.train.min_pref_spread, c.train.min_unseen_adherence))
+                          check=sft_check.checker(self, sft_checks(c)))
 
     def rollout(self, requests: list[dict[str, Any]], eval_mode: bool = False, bar: Any = None
                 ) -> list[EpisodeResult]:
@@ -298,14 +306,15 @@ class Trainer:
             save_corpus(corpus, files[2])
         if not self.cfg.zoo.retriever.corpus:
             self.cfg.zoo.retriever.corpus = str(files[2])
-        self.sampler = TaskSampler(self.train, self.cfg.algo.prompts_per_step, self.cfg.seed)
+        rl_tasks, self.val = rl_gate.split(self.train, self.cfg.algo.val_share)  # RL's validation split
+        self.sampler = TaskSampler(rl_tasks, self.cfg.algo.prompts_per_step, self.cfg.seed)
         if note := save_config(self.dir, self.cfg):  # a resume under changed settings keeps the first config
             self.console.print(f"[yellow]{note}[/]")
 
     # ------------------------------------------------------------------ the end
     def _finish(self, summary: dict[str, Any]) -> dict[str, Any]:
         sft, rl = summary.get("after_sft", {}), summary["after_rl"]
-        if sft:
+        if sft:  # the kept policy's gain (0 where RL was not kept: cluster/rl_gate.py)
             summary["heldout_reward_gain"] = rl["score"] - sft["score"]
             self.console.print(heldout.add_interval(summary, "heldout_reward_gain", rl, sft, "RL over its warm start"))
         for key in ("pref_spread", "monotone", "format_ok", "hint_agreement"):

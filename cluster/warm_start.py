@@ -42,8 +42,8 @@ def sft_loop(sc: Any, update: Callable[[list[Any], float], dict[str, float]], sa
              bars: Any, console: Any, check: Callable[[int], dict[str, Any]] | None = None) -> dict[str, Any]:
     """`sc.steps` SFT updates; with `check` (sft.until_agreement with route hints, sft.until_follows) then chunks of
     steps // 4 more, each followed by `check(steps done)` -> {"passed": bool, "line": what the policy does, "below":
-    what falls short, **figures} (cluster/heldout.train_check, on training tasks), until one passes or sc.max_steps
-    are done (the lr decays over those). {sft_loss, sft_steps_done[, sft_agreement_checks]}: each check's record is
+    what falls short, **figures} (cluster/sft_check.train_check, on training tasks), until one passes or sc.max_steps
+    are done (the lr decays over those; the last step is checked too, a short last chunk included). {sft_loss, sft_steps_done[, sft_agreement_checks]}: each check's record is
     its figures with `step`, `passed` and `below`."""
     total = max(sc.steps, sc.max_steps) if check else sc.steps
     chunk = max(1, sc.steps // 4)
@@ -56,12 +56,16 @@ def sft_loop(sc: Any, update: Callable[[list[Any], float], dict[str, float]], sa
         done = i + 1
         if done % max(1, sc.steps // 5) == 0 or done == total:
             console.print(f"  sft {done}/{sc.steps if done <= sc.steps else total}: loss {metrics[-1]['sft_loss']:.3f}")
-        if check is None or done < sc.steps or (done - sc.steps) % chunk or done == total:
+        # checked after sc.steps, after every chunk, and at the last step: the goal the run reports is the last one
+        # checked, never a figure taken a chunk earlier
+        if check is None or done < sc.steps or ((done - sc.steps) % chunk and done != total):
             continue
         result = dict(check(done))
         line = result.pop("line", "")
         checks.append({"step": done, **result, "passed": bool(result["passed"])})
-        console.print(f"  sft {done}: {line}" + ("" if result["passed"] else f"; {chunk} more steps"))
+        more = "" if result["passed"] else f"; {min(chunk, total - done)} more steps" if done < total else \
+            "; sft.max_steps reached"
+        console.print(f"  sft {done}: {line}{more}")
         if result["passed"]:
             break
     bars.remove(bar)

@@ -49,8 +49,10 @@ def teacher(name: str) -> Teacher:
 
 
 def note(cfg: Any) -> Callable[[str], str] | None:
-    """What every scripted demonstration's call opens with: the prompt's preference restated
-    (sft.restate_preference), or none."""
+    """What every scripted demonstration's call opens with: the prompt's preference restated in bin words
+    (sft.restate_preference; read from its numbers when the prompt shows no words), or none."""
+    from functools import partial
+
     from orchestra.agent.prompt import preference_note
 
-    return preference_note if cfg.sft.restate_preference else None
+    return partial(preference_note, bounds=tuple(cfg.agent.preference_levels)) if cfg.sft.restate_preference else None

@@ -165,19 +165,44 @@ def restatement(prompt: str, tool: str) -> str:
     return f"<think>{verdict} {tool}</think>" if verdict in VERDICTS else ""
 
 
-def preference_note(prompt: str) -> str:
-    """The note a policy writes before each call once SFT taught it to (sft.restate_preference): the prompt's last
-    priorities line, and the router line's suggestion where one follows it (agent.route_hints), in a think block:
-    "<think>cost top, latency medium</think>", "<think>cost minimal, latency none; answer answer-1</think>" ("" when
-    the prompt shows no priorities). A 1M-parameter policy must tie a decision some 20 tokens into its reply to one
+WEIGHTS_HEAD = "Preference weights: "
+# the line's body ends at the first period that no digit follows ("cost 0.2." ends it, "0.2" does not)
+_WEIGHTS = re.compile(re.escape(WEIGHTS_HEAD) + r"(.*?)\.(?:\s|<|$)")
+
+
+def parse_weights(line: str) -> Preference:
+    """The vector a "Preference weights: accuracy 1, cost 0.3, latency 0." line shows (`preference_text` with
+    numbers), read back; {} when `line` holds none."""
+    found = _WEIGHTS.findall(line)
+    if not found:
+        return {}
+    out: Preference = {}
+    for part in found[-1].split(", "):
+        key, _, value = part.rpartition(" ")
+        out[key] = float(value)
+    return out
+
+
+def preference_note(prompt: str, bounds: Sequence[float] = ()) -> str:
+    """The note a policy writes before each call once SFT taught it to (sft.restate_preference): the prompt's
+    priorities in bin words, and the router line's suggestion where one follows it (agent.route_hints), in a think
+    block: "<think>cost top, latency medium</think>", "<think>cost minimal, latency none; answer answer-1</think>"
+    ("" when the prompt shows no preference). With words in the prompt the note copies its last priorities line;
+    with numbers only (agent.preference_numbers without preference_words) it *reads* them: the words are the weights'
+    bins (`bounds`: agent.preference_levels), so the policy learns to turn numbers it may never have seen into a
+    word and then acts on its own word. A 1M-parameter policy must tie a decision some 20 tokens into its reply to one
     bin word (or one tier id) at the end of its prompt; it learns that late, at a step that moves with the seed and
-    the device's arithmetic, and on some seeds not at all (docs/quality.md, "One recipe for every seed"). Restated,
-    the word is a copy the policy is trained on directly (a wrong copy costs its whole loss), and the decision then
-    reads the note's own words a few tokens back."""
+    the device's arithmetic, and on some seeds not at all (docs/quality.md). Restated, the word is a target the
+    policy is trained on directly (a wrong one costs its whole loss), and the decision then reads the note's own words
+    a few tokens back."""
     at = prompt.rfind("Priorities: ")
-    if at < 0:
-        return ""
-    note = prompt[at + len("Priorities: "):].split(".", 1)[0]
+    if at >= 0:
+        note = prompt[at + len("Priorities: "):].split(".", 1)[0]
+    else:
+        at = prompt.rfind(WEIGHTS_HEAD)
+        if at < 0:
+            return ""
+        note = preference_words(parse_weights(prompt[at:]), bounds)[len("Priorities: "):].rstrip(".")
     router = prompt.find("Router (", at)
     if router >= 0 and "): " in prompt[router:]:
         note += "; " + prompt[router:].split("): ", 1)[1].split(".", 1)[0]

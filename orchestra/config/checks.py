@@ -121,6 +121,7 @@ def validate(cfg: ExperimentConfig) -> None:
          f"must be one of {', '.join(CRITERIA)}, got {cfg.router.select_by!r}")
     need(cfg.train.min_pref_spread >= 1.0, "train.min_pref_spread", "must be >= 1 (accuracy-first $ / cost-first $)")
     need(-1.0 <= cfg.train.min_unseen_adherence <= 1.0, "train.min_unseen_adherence", "must be in [-1, 1] (a Spearman)")
+    need(0.0 <= cfg.algo.val_share < 1.0, "algo.val_share", "must be in [0, 1) (0: RL always kept)")
     need(0.0 <= cfg.train.min_router_share <= 1.0, "train.min_router_share", "must be in [0, 1] (a share of the "
          "router's fall of $ per step)")
     for name in cfg.eval.presets:

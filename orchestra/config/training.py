@@ -45,6 +45,10 @@ class AlgoConfig:
     # paired GRPO: rescale each step's advantages so every preference vector carries the same total |A| (the
     # cost-heavy vectors' groups are informative far more often and would otherwise steer the shared weights)
     balance_prefs: bool = False
+    # RL that cannot harm: this share of the training tasks (the last ones) is never sampled by RL; after RL the
+    # policy is played on them beside its warm start and kept only if not significantly worse (paired 95 % interval;
+    # cluster/rl_gate.py), else the warm start is (0: off, RL always kept)
+    val_share: float = 0.0
     micro_batch_size: int = 32
     grad_clip: float = 1.0
     ppo_epochs: int = 1

@@ -143,9 +143,9 @@ def problems(presets: Curve | None, sweep: Curve | None, goals: Goals, adherence
         judged.append(line)
         if sweep.router is None:  # no router to judge the steps against: rank adherence too, as before issue 69
             shown = "nan" if adherence is None or math.isnan(adherence) else f"{adherence:.2f}"
-            judged.append(f"unseen adherence {shown} (goal >= {goals.min_adherence:g})")
+            judged.append(f"{sweep.name} adherence {shown} (goal >= {goals.min_adherence:g})")
             if adherence is None or not goals.adherence_ok(adherence):
-                out.append(f"under cost weights never trained on, $ follows the weight with adherence {shown} "
+                out.append(f"along the {sweep.name}, $ follows the cost weight with adherence {shown} "
                            f"(goal >= {goals.min_adherence:g})")
     return out, judged
 
@@ -187,11 +187,11 @@ def curves(summary: dict[str, Any], phase: str) -> tuple[Curve | None, Curve | N
     else:
         figures, sweep, adherence = summary.get("after_sft") or {}, summary.get("sft_unseen_sweep"), \
             summary.get("sft_unseen_adherence")
-    return preset_curve(figures, router), sweep_curve(sweep, summary.get("router_sweep")), adherence
+    return preset_curve(figures, router), sweep_curve(sweep, router.get("sweep")), adherence
 
 
 def verdict(summary: dict[str, Any], goals: Goals, sft_max_steps: int = 0) -> Verdict:
-    """The run's verdict from its summary (after_sft, after_rl, unseen_sweep, router, router_sweep, sft_* figures)."""
+    """The run's verdict from its summary (after_sft, after_rl, unseen_sweep, router with its sweep, sft_* figures)."""
     presets, sweep, adherence = curves(summary, "rl")
     short = sft_shortfall(summary, sft_max_steps)
     if presets is None and sweep is None:

@@ -105,4 +105,9 @@ def test_preference_note_restates_the_priorities_and_the_router_line():
         "<think>cost top, latency medium, avoids answer-1</think>"
     hinted = "q\n\nPriorities: cost minimal, latency none.\nRouter (odds high): answer answer-2.<|im_end|>"
     assert preference_note(hinted) == "<think>cost minimal, latency none; answer answer-2</think>"
-    assert preference_note("Preference weights: accuracy 1, cost 2.") == ""  # numbers only: nothing to restate
+    # numbers only (agent.preference_numbers without words): the note reads them into the bins' words
+    levels = (0.056, 0.178, 0.56, 1.78)
+    assert preference_note("Preference weights: accuracy 1, cost 2.<|im_end|>", levels) == "<think>cost top, latency none</think>"
+    numbered = "q\n\nPreference weights: accuracy 1, cost 0.3, latency 0.07, tool:answer-1 -0.2.\nRouter (odds low): answer answer-4."
+    assert preference_note(numbered, levels) == "<think>cost medium, latency low, avoids answer-1; answer answer-4</think>"
+    assert preference_note("q\n\nno preference here") == ""

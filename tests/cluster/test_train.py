@@ -192,7 +192,8 @@ def test_sft_lr_decays_linearly_to_its_floor():
 
 @pytest.mark.parametrize("shares, steps_done", [
     ([{"accuracy-first": 0.95, "cost-first": 0.5}, {"accuracy-first": 0.97, "cost-first": 0.92}], 10),
-    ([{"accuracy-first": 0.95, "cost-first": 0.5}] * 9, 16),  # never reached: max_steps, no check at the end
+    ([{"accuracy-first": 0.95, "cost-first": 0.5}] * 9, 16),  # never reached: max_steps, the last step checked too
+    ([{"accuracy-first": 0.95, "cost-first": 0.5}] * 4 + [{"accuracy-first": 0.95, "cost-first": 0.95}], 16),
     ([{"accuracy-first": 0.91, "cost-first": 0.9}], 8)])  # reached at sft.steps: no more steps
 def test_sft_runs_on_in_chunks_until_the_hint_is_copied_under_every_preset(shares, steps_done):
     import io
@@ -217,11 +218,14 @@ def test_sft_runs_on_in_chunks_until_the_hint_is_copied_under_every_preset(share
         out = sft_loop(sc, lambda batch, lr: lrs.append(lr) or {"sft_loss": 1.0 / len(lrs)}, list(range(5)), 0, bars,
                        console, check)
     assert out["sft_steps_done"] == len(lrs) == steps_done and out["sft_loss"] == 1.0 / steps_done
-    assert asked == [s for s in (8, 10, 12, 14) if s <= steps_done and s < 16]  # every steps // 4 after steps
+    # every steps // 4 after steps, and the last step (the goal the run reports is the last one checked)
+    assert asked == [s for s in (8, 10, 12, 14, 16) if s <= steps_done][: len([x for x in shares])]
     assert [c["step"] for c in out["sft_agreement_checks"]] == asked
     assert lrs == sorted(lrs, reverse=True) and lrs[-1] > 1e-4 * 0.999  # one decay over max_steps
     assert ("copies; 2 more steps" in console.file.getvalue()) == (steps_done > 8)
-    assert [c["passed"] for c in out["sft_agreement_checks"]] == [False] * (len(asked) - 1) + [steps_done < 16]
+    passed = [c["passed"] for c in out["sft_agreement_checks"]]
+    assert passed == [False] * (len(asked) - 1) + [shares[len(asked) - 1]["cost-first"] >= 0.9]
+    assert ("sft.max_steps reached" in console.file.getvalue()) == (not passed[-1])
     plain = sft_loop(SFTConfig(steps=8, lr=1e-3, batch_size=2), lambda b, lr: {"sft_loss": 0.5}, list(range(5)), 0,
                      Bars(console), console)
     assert plain == {"sft_loss": 0.5, "sft_steps_done": 8}  # without a check: exactly sft.steps

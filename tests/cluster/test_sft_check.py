@@ -1,0 +1,85 @@
+"""SFT's check of the policy on training tasks (cluster/sft_check.py, sft.until_follows): the three presets and a
+cost ladder off the sweep's weights, played once on training tasks and judged by the verdict's rule against the
+run's own router on the same tasks: a fall the router makes must be followed, one it does not make is not asked."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from cluster.progress import Bars
+from cluster.sft_check import RouterOnTasks, train_check
+from orchestra.config import load_config
+from orchestra.eval.verdict import Goals
+from orchestra.preferences import CHECK_COSTS, SWEEP_COSTS, preset
+from orchestra.types import Task
+from tests.cluster.test_heldout import _played, _task
+
+CFG = load_config(["eval.presets=[accuracy-first,balanced,cost-first]", "eval.n_tasks=3"])
+TRAIN = [_task(i) for i in range(5)]
+
+
+def weight_of(name: str) -> float:
+    return float(name.split("=")[1]) if name.startswith("sweep:") else preset(name)["cost"]
+
+
+def check(price, router_price=None, cfg=CFG):
+    """A policy whose $ is price(its request's cost weight), and a router whose $ is router_price(weight)."""
+    played = []
+
+    def rollout(reqs, eval_mode, bar):
+        assert eval_mode
+        played.extend(reqs)
+        return [_played(q["uid"], Task.from_dict(q["task"]), price(q["task"]["pref"]["cost"]), True) for q in reqs]
+
+    router = (lambda vectors: {k: router_price(weight_of(k)) for k in vectors}) if router_price else None
+    with Bars(Console(file=io.StringIO())) as bars:
+        out = train_check(cfg, TRAIN, 7, rollout, bars, lambda: None, ["follows"], Goals(), router)
+    assert len(played) == 3 * (3 + len(CHECK_COSTS)) and {q["task"]["id"] for q in played} == {"t0", "t1", "t2"}
+    return SimpleNamespace(**out)
+
+
+def falling(w: float) -> float:
+    return 0.01 / (1 + 10 * w)
+
+
+def test_the_check_follows_its_router_on_training_tasks():
+    assert not set(CHECK_COSTS) & set(SWEEP_COSTS)
+    follows = check(falling, falling)
+    assert follows.passed and follows.monotone == 1 and follows.pref_spread > 3 and "against the run's router" in follows.line
+    one_route = check(lambda w: 0.01, falling)
+    assert not one_route.passed and "goal >= 3x" in one_route.below
+    # the presets followed, the ladder's middle flat (what seed 0's warm start did at bd00958)
+    price = {0.05: 0.01, 0.5: 0.003, 2.0: 0.001, 0.02: 0.006, 0.07: 0.005, 0.2: 0.005, 0.6: 0.005}
+    flat = check(price.__getitem__, falling)
+    assert not flat.passed and flat.monotone == 1 and "cost ladder: from sweep:cost=0.07" in flat.below
+
+
+def test_a_fall_its_router_does_not_make_is_not_asked_of_sft():
+    """The router sends balanced and cost-first (and the ladder's top) to one model: SFT that does the same passes
+    (it ran on to sft.max_steps on a user's routing log at bd00958, 4x the time)."""
+    def router(w):
+        return 0.01 if w < 0.1 else 0.002
+
+    assert check(router, router).passed
+    assert not check(router, None).passed  # no router: each step must fall strictly
+
+
+def test_the_router_plays_each_vector_once(monkeypatch):
+    import cluster.sft_check as sc
+
+    calls = []
+
+    def records(cfg, run_dir, tasks, tools, tok, vectors):
+        calls.append(sorted(vectors))
+        return [{"preference": k, "cost_usd": weight_of(k)} for k in vectors]
+
+    monkeypatch.setattr(sc, "router_records", records)
+    router = RouterOnTasks(CFG, None, TRAIN, None, None)
+    first = router({"balanced": preset("balanced"), "cost-first": preset("cost-first")})
+    assert first == {"balanced": 0.5, "cost-first": 2.0}
+    assert router({"balanced": preset("balanced")}) == {"balanced": 0.5} and len(calls) == 1
+    monkeypatch.setattr(sc, "router_records", lambda *a: None)  # a run without a router
+    assert RouterOnTasks(CFG, None, TRAIN, None, None)({"balanced": preset("balanced")}) is None
