@@ -190,6 +190,8 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
         run_ppo(verl_cfg, task_runner_class=TaskRunnerV1)
     del actors
     export_hf(cfg)
+    print("INFO heldout_follows_preference: not judged (the verl job scores no held-out tasks under the presets or the"
+          " sweep: run make eval on its exported policy, <verl.output_dir>/hf)")
 
 
 def _dry_run(cfg: ExperimentConfig, overrides: list[str], verl_cfg: Any) -> int:

@@ -108,6 +108,12 @@ def validate(cfg: ExperimentConfig) -> None:
     runs_on = cfg.sft.until_agreement or cfg.sft.until_follows
     need(cfg.sft.max_steps >= cfg.sft.steps if runs_on else cfg.sft.max_steps == 0, "sft.max_steps",
          f"must be >= sft.steps ({cfg.sft.steps}) with sft.until_agreement or sft.until_follows, else 0")
+    # the verl job's warm start (cluster/warm_start.warm_start_policy) has no rollout workers to check the policy
+    # with: it runs sft.steps and stops, so a goal there would be silently ignored
+    need(cfg.backend == "local" or not cfg.sft.until_follows, "sft.until_follows",
+         "the verl backend's warm start checks nothing (it runs sft.steps): set sft.until_follows=false sft.max_steps=0")
+    need(cfg.backend == "local" or not cfg.algo.val_share, "algo.val_share",
+         "the verl backend keeps its RL policy whatever it does (no validation gate): set algo.val_share=0")
     need(not cfg.sft.until_follows or set(COST_ORDER) <= set(cfg.eval.presets), "sft.until_follows",
          f"checks $ over the cost-ordered presets: eval.presets must hold {list(COST_ORDER)}")
     need(cfg.router.explore_tasks >= 0, "router.explore_tasks", "must be >= 0 (0: every training task)")

@@ -165,3 +165,13 @@ def test_a_resume_under_changed_settings_keeps_the_first_config(tmp_path: Path):
     assert "eval.n_tasks" in save_config(tmp_path, load_config([f"run_dir={tmp_path}", "eval.n_tasks=3"]))
     assert (tmp_path / "config.2.yaml").is_file() and not list(tmp_path.glob("*.tmp"))
     assert changed_keys({"a": {"b": 1, "c": [1]}}, {"a": {"b": 1, "c": [2]}, "d": 0}) == ["a.c", "d"]
+
+
+def test_verl_refuses_what_its_warm_start_and_trainer_do_not_do():
+    """The verl job's warm start checks nothing and its RL keeps whatever it learned: sft.until_follows and
+    algo.val_share are refused there with one line naming the key, never silently ignored (issue 69)."""
+    with pytest.raises(ConfigError, match=r"^sft\.until_follows: the verl backend"):
+        load_config(["experiment=h100_2x8", "sft.until_follows=true", "sft.max_steps=800"])
+    with pytest.raises(ConfigError, match=r"^algo\.val_share"):
+        load_config(["experiment=h100_2x8", "algo.val_share=0.1"])
+    assert load_config(["experiment=cpu_tiny", "sft.until_follows=true", "algo.val_share=0.1"]).backend == "local"
