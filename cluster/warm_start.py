@@ -22,6 +22,8 @@ from orchestra.data.demos import sft_batches, sft_lr
 from orchestra.policy.models import config_tokenizer
 from orchestra.types import Task
 
+SAMPLES_FILE = "sft_samples.pkl"  # sft.save_samples
+
 
 def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list[Task], bars: Any,
                console: Any, check: Callable[[int], dict[str, float]] | None = None) -> dict[str, Any]:
@@ -32,6 +34,11 @@ def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list
     # Demonstrations go through the run's own tool servers: no second retriever index in the driver.
     tools = RayToolClient(tool_handles, timeout_s=c.zoo.server.timeout_s)
     samples, report = teacher(c.sft.teacher)(Teaching(c, tools, tok, tasks, bars, console))
+    if c.sft.save_samples:  # bench/sft_lab.py replays SFT on exactly these, outside Ray, on any device
+        import pickle
+
+        Path(c.run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(c.run_dir) / SAMPLES_FILE).write_bytes(pickle.dumps(samples))
     loop = sft_loop(c.sft, lambda batch, lr: ray.get(learner.sft_update.remote(batch, lr=lr)), samples, c.seed,
                     bars, console, check if sft_checks(c) else None)
     ray.get(learner.reset_reference.remote())  # KL anchors RL to the warm-started policy
@@ -74,7 +81,7 @@ def sft_loop(sc: Any, update: Callable[[list[Any], float], dict[str, float]], sa
 
 
 def sft_checks(cfg: Any) -> list[str]:
-    """What SFT checks the policy for before it stops (cluster/heldout.train_check): `hints` (sft.until_agreement, with
+    """What SFT checks the policy for before it stops (cluster/sft_check.train_check): `hints` (sft.until_agreement, with
     route hints: it calls its hint's plan) and `follows` (sft.until_follows: its $ follows the eval presets)."""
     s = cfg.sft
     return [name for name, on in (("hints", s.until_agreement and cfg.agent.route_hints), ("follows", s.until_follows))

@@ -110,7 +110,7 @@ def sample_preference(rng: random.Random, tool_ids: Sequence[str] = (), preset_p
 # mean $ roughly halves per point on the simulated zoo). No preset is on it; sampled training vectors avoid it.
 SWEEP_COSTS = (0.03, 0.1, 0.3, 1.0, 3.0)
 SWEEP_PREFIX = "sweep:cost="
-# SFT's check of the policy on *training* tasks (cluster/heldout.train_check, sft.until_follows) walks its own cost
+# SFT's check of the policy on *training* tasks (cluster/sft_check.train_check, sft.until_follows) walks its own cost
 # ladder, one point in each of the sweep's bins but never one of its weights: whether $ falls along the bin words
 # is decided on training tasks, and the held-out sweep stays a test on tasks and weights SFT never saw
 CHECK_COSTS = (0.02, 0.07, 0.2, 0.6, 2.0)

@@ -127,6 +127,8 @@ class SFTConfig:
     # block ("<think>cost top, latency medium</think>", orchestra/agent/prompt.preference_note), so the policy reads
     # its preference by a copy it is trained on, and decides after it (docs/quality.md, "One recipe for every seed")
     restate_preference: bool = False
+    # write the demonstrations (the TrainSamples SFT steps on) to <run_dir>/sft_samples.pkl, for bench/sft_lab.py
+    save_samples: bool = False
     # expected_value: the vectors every explored task is labelled under (preset names or `accuracy=1,cost=0.2`
     # weight specs), plus `vectors_sampled` draws of the training sampler per task
     vectors: list[str] = field(default_factory=lambda: ["accuracy-first", "balanced", "cost-first"])

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TOY = ["data.n_train=12", "data.n_heldout=4", "eval.n_tasks=2", "router.folds=2", "sft.steps=4", "sft.max_steps=4",
        "sft.vectors_sampled=1", "algo.steps=1", "algo.group_size=2", "algo.prompts_per_step=2", "eval.sweep=false",
        "log.replay_weights=false", "log.tensorboard=false", "log.plots=false", "checkpoint.every_steps=1",
-       "cluster.torch_threads=1"]
+       "cluster.torch_threads=1", "algo.val_share=0.2"]
 SMOKE = {  # script -> (arguments for seconds-long sizes, RESULT names it must print)
     "continuous_batching.py": (["--episodes", "4", "--turns", "2", "--max-tokens", "8", "--min-tokens", "4",
                                 "--max-tool-s", "0.02"], {"continuous_batching_speedup"}),
@@ -49,6 +49,9 @@ SMOKE = {  # script -> (arguments for seconds-long sizes, RESULT names it must p
     "seeds.py": (["seeds=1", "root={tmp}", *TOY],
                  {"seeds_n", "seeds_follows", "seeds_min_pref_spread", "seeds_all_monotone", "seeds_min_format_ok",
                   "seeds_min_vs_estimator_hi", "seeds_min_rl_gain_hi", "seeds_rl_gain"}),
+    # a toy run's demonstrations dumped, then two SFT steps replayed outside Ray on the CPU (CUDA: a skip line)
+    "sft_lab.py": (["run={tmp}/lab", "steps=2", "every=1", "tasks=2", "devices=cpu,cuda", *TOY],
+                   {"sft_lab_cpu_i0_agree_accuracy_first", "sft_lab_cpu_i0_contrast"}),
     # one toy run of adaptive_control's recipe (cascade teacher, GRPO paired over presets)
     "rl_control.py": (["seeds=1", "root={tmp}", "data.n_train=12", "data.n_heldout=4", "eval.n_tasks=4",
                        "sft.steps=4", "algo.steps=1", "algo.group_size=2", "algo.prompts_per_step=2",
@@ -81,13 +84,20 @@ FAST = {"sandbox_start.py"}  # seconds on 2 cores: in make test
 SHARED_RUN = ("seeds.py", "rl_value.py")  # one toy run for both: test_seeds_then_rl_value_smoke
 
 
+# bench/seeds.py exits 1 when a seed fails its verdict, as a toy run of a few SFT steps does: its figures are still
+# printed, and the exit status says what they mean
+EXIT = {"seeds.py": (0, 1)}
+
+
 def smoke(script: str, tmp_path: Path) -> str:
     """Run bench/<script> at its SMOKE arguments ({tmp}: tmp_path); its stdout, once it printed its RESULT names."""
     args, names = SMOKE[script]
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]  # a script's own output dir
     r = subprocess.run([sys.executable, f"bench/{script}", *args], cwd=ROOT, capture_output=True, text=True,
                        timeout=280)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode in EXIT.get(script, (0,)), r.stderr[-3000:]
+    if r.returncode:
+        assert "WARNING seeds: " in r.stdout, r.stdout[-2000:]
     printed = set(re.findall(r"^RESULT (\w+)\s*=", r.stdout, re.M))
     assert names <= printed, (sorted(names - printed), r.stdout[-2000:])
     return r.stdout
@@ -118,11 +128,13 @@ def test_bench_reads_a_finished_run(script, toy_run, tmp_path, monkeypatch, caps
     """The session's toy run laid out where each script looks for its runs (a summary.json there: read, not trained
     again): bench/seeds.py's seed 0 and both of bench/rl_value.py's recipes. Run as `python bench/<script>` is, in
     this process (the toy run's modules already imported): every RESULT line of the smoke run is printed."""
+    from tests.cluster.test_train import EXPECTED_VALUE, SMALL
+
     run, _ = toy_run
-    if script == "seeds.py":
+    if script == "seeds.py":  # read only under the config the run was trained with
         (tmp_path / "cpu_tiny").mkdir()
         (tmp_path / "cpu_tiny" / "s0").symlink_to(run)
-        argv = ["seeds=1", f"root={tmp_path}"]
+        argv = ["seeds=1", f"root={tmp_path}", *SMALL, *EXPECTED_VALUE]
     else:
         for recipe in ("exhaustive", "partial"):
             (tmp_path / f"{recipe}_s0").symlink_to(run)
@@ -131,7 +143,7 @@ def test_bench_reads_a_finished_run(script, toy_run, tmp_path, monkeypatch, caps
     try:
         runpy.run_path(str(ROOT / "bench" / script), run_name="__main__")
     except SystemExit as e:
-        assert e.code in (0, None), e.code
+        assert e.code in (0, None, *EXIT.get(script, ())), e.code
     out = capsys.readouterr().out
     assert "[rl_value] training" not in out and "INFO seeds: " not in out  # read, not trained
     printed = set(re.findall(r"^RESULT (\w+)\s*=", out, re.M))

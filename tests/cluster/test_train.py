@@ -26,7 +26,7 @@ SMALL = ["zoo.tools=[enhance_reasoning,answer]", "cluster.torch_threads=1", "dat
          # the driver's mechanics, not cpu_tiny's recipe: random demonstrations, one vector, one held-out preset
          "sft.teacher=random", "sft.restate_preference=false", "sft.until_follows=false", "sft.max_steps=0",
          "data.preference_pairs=''", "eval.presets=[]", "reward.norm_adv_by_std=true", "algo.balance_prefs=false",
-         "eval.sweep=false"]
+         "eval.sweep=false", "algo.val_share=0"]
 
 
 def small_cfg(tmp_path, *extra):
@@ -97,7 +97,7 @@ EXPECTED_VALUE = ["sft.teacher=expected_value", "data.n_train=12", "router.explo
                   "sft.vectors=[accuracy-first,balanced,cost-first]", "sft.vectors_sampled=1",
                   "eval.presets=[accuracy-first,balanced,cost-first]", "eval.n_tasks=2", "algo.steps=1",
                   "data.preference_pairs=accuracy-first|cost-first", "algo.balance_prefs=true",
-                  "reward.norm_adv_by_std=false", "eval.sweep=true", "agent.route_hints=true"]
+                  "reward.norm_adv_by_std=false", "eval.sweep=true", "agent.route_hints=true", "algo.val_share=0.2"]
 
 
 def test_expected_value_warm_start_end_to_end(toy_run):
@@ -129,8 +129,12 @@ def test_expected_value_warm_start_end_to_end(toy_run):
         "RESULT heldout_reward_gain", "RESULT heldout_reward_gain_lo", "RESULT heldout_reward_gain_hi",
         "RESULT heldout_pref_spread", "RESULT heldout_monotone", "RESULT heldout_format_ok",
         "RESULT heldout_vs_estimator", "RESULT heldout_vs_estimator_lo", "RESULT heldout_vs_estimator_hi",
-        "RESULT heldout_unseen_adherence", "RESULT heldout_hint_agreement", "RESULT train_wall_s",
-        "RESULT rl_gain_ci_low"]
+        "RESULT heldout_unseen_adherence", "RESULT heldout_hint_agreement", "RESULT rl_kept", "RESULT val_rl_gain",
+        "RESULT val_rl_gain_lo", "RESULT val_rl_gain_hi", "RESULT train_wall_s", "RESULT rl_gain_ci_low"]
+    # RL's gate on its validation split (2 of the 12 training tasks, never sampled by RL, never held out)
+    assert summary["val_sft"]["episodes"] == summary["val_rl"]["episodes"] == 2 * 3
+    assert summary["rl_kept"] == int(summary["val_rl_gain_hi"] >= 0) and (run / "warm_start").is_dir()
+    assert [p["cost_weight"] for p in summary["router"]["sweep"]["points"]] == list(SWEEP_COSTS)
     assert 0.0 <= summary["heldout_hint_agreement"] <= 1.0  # the run shows route hints: agreement is measured
     assert set(summary["after_sft"]["hint_agreement_by_pref"]) == {"accuracy-first", "balanced", "cost-first"}
     assert summary["heldout_reward_gain_lo"] <= summary["heldout_reward_gain"] <= summary["heldout_reward_gain_hi"]
@@ -207,7 +211,7 @@ def test_sft_runs_on_in_chunks_until_the_hint_is_copied_under_every_preset(share
     sc = SFTConfig(steps=8, lr=1e-3, batch_size=2, until_agreement=0.9, max_steps=16)
     lrs, asked = [], []
 
-    def check(step):  # as cluster/heldout.train_check answers for the hint check
+    def check(step):  # as cluster/sft_check.train_check answers for the hint check
         asked.append(step)
         low = {k: v for k, v in shares[len(asked) - 1].items() if v < 0.9}
         return {"passed": not low, "line": "copies", "below": ", ".join(f"{v:.0%} under {k}" for k, v in low.items()),

@@ -1,0 +1,168 @@
+"""The SFT lab: a run's warm start replayed outside Ray, on the CPU and (where a GPU is present) on CUDA in fp32 and in
+TF32, scoring as it goes whether the policy reads its preference. It is the measurement behind docs/recipe.md's
+cause of seed-dependent warm starts (reading the preference is a late phase change whose timing moves with the
+device's arithmetic) and behind the fix (sft.restate_preference).
+
+Usage: python bench/sft_lab.py [run=runs/sft_lab/cpu_tiny] [experiment=cpu_tiny] [steps=360] [every=40] [inits=0]
+       [tasks=64] [devices=cpu,cuda,cuda-tf32] [KEY=VALUE ...]
+1. Demonstrations: <run>/sft_samples.pkl, the exact TrainSamples a run's SFT stepped on (`sft.save_samples=true`).
+   When absent, one is made: cluster.train with the KEY=VALUE overrides, sft.save_samples=true and one SFT step, no
+   SFT check, no RL (exploration and the teacher: ~3 minutes on 2 cores). `sft.restate_preference=false` gives the
+   demonstrations before the fix.
+2. For each device and each initial seed in `inits`: the policy built from the run's config with that seed, the
+   project's own Learner (AdamW, masked cross-entropy, clipping) and SFT schedule (orchestra/data/demos.py:
+   sft_batches, sft_lr over `steps`), and every `every` steps, greedily on the first `tasks` labelled training tasks:
+   - label agreement per preset: the share whose first call (tool and tier) is the teacher's under that preset;
+   - contrast: the share of tasks whose calls are the teacher's under accuracy-first, balanced and cost-first at
+     once (only a policy that reads its preference gets it; the presets' labels differ on most tasks).
+   CUDA devices without a GPU are skipped with a line saying so.
+Prints INFO per check and `RESULT sft_lab_<device>_i<init>_agree_<preset>` / `_contrast` at the last step.
+"""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OWN = ("run", "experiment", "steps", "every", "inits", "tasks", "devices")
+PRESETS = ("accuracy-first", "balanced", "cost-first")
+
+
+def demonstrations(run: Path, experiment: str, overrides: list[str]) -> Path:
+    """<run>/sft_samples.pkl, trained for when absent (the run's config.yaml beside it)."""
+    from cluster.warm_start import SAMPLES_FILE
+
+    path = run / SAMPLES_FILE
+    if not path.is_file():
+        cmd = [sys.executable, "-m", "cluster.train", f"experiment={experiment}", f"run_dir={run}", *overrides,
+               "sft.save_samples=true", "sft.steps=1", "sft.until_follows=false", "sft.until_agreement=0",
+               "sft.max_steps=0", "algo.steps=0", "algo.val_share=0", "eval.sweep=false", "eval.n_tasks=1"]
+        print(f"INFO sft_lab: {' '.join(cmd[2:])}", flush=True)
+        subprocess.run(cmd, cwd=ROOT, check=True)
+    return path
+
+
+def first_calls(samples: list[Any], cfg: Any, tok: Any, n_tasks: int) -> dict[tuple[int, str], tuple[list[int], str]]:
+    """(task index, preset) -> (the first turn's prompt ids, the teacher's call "tool tier") for the first `n_tasks`
+    labelled tasks. A demonstration's uid is `sft-<label index>` and the teacher labels each task under sft.vectors
+    in order, then its sampled vectors (cluster/teachers/expected_value.py)."""
+    per_task = len(cfg.sft.vectors) + cfg.sft.vectors_sampled
+    out = {}
+    for s in samples:
+        i = int(s.uid.split("-")[-1])
+        task, k = divmod(i, per_task)
+        if s.turn or task >= n_tasks or k >= len(cfg.sft.vectors) or cfg.sft.vectors[k] not in PRESETS:
+            continue
+        out[(task, cfg.sft.vectors[k])] = (list(s.prompt_ids), call_of(tok.decode(s.response_ids)))
+    return out
+
+
+def call_of(text: str) -> str:
+    """A reply's first tool call as "tool tier" ("" when it makes none)."""
+    from orchestra.agent.parse import parse
+
+    calls = parse(text).calls
+    return f"{calls[0].name} {calls[0].arguments.get('model', '')}".strip() if calls else ""
+
+
+def score(model: Any, tok: Any, labels: dict[tuple[int, str], tuple[list[int], str]], max_tokens: int,
+          device: str) -> dict[str, float]:
+    """Greedy first calls against the teacher's: agreement per preset and contrast."""
+    import torch
+
+    keys = sorted(labels)
+    hits: dict[tuple[int, str], bool] = {}
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    for start in range(0, len(keys), 32):
+        batch = keys[start:start + 32]
+        width = max(len(labels[k][0]) for k in batch)
+        ids = torch.tensor([[pad] * (width - len(labels[k][0])) + labels[k][0] for k in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(labels[k][0])) + [1] * len(labels[k][0]) for k in batch],
+                            device=device)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False,
+                                 pad_token_id=pad)
+        for k, row in zip(batch, out[:, width:].tolist(), strict=True):
+            hits[k] = call_of(tok.decode(row)) == labels[k][1]
+    tasks = sorted({t for t, _ in keys})
+    figures = {p: sum(hits[(t, p)] for t in tasks if (t, p) in hits) / max(1, sum((t, p) in hits for t in tasks))
+               for p in PRESETS}
+    whole = [t for t in tasks if all((t, p) in hits for p in PRESETS)]
+    figures["contrast"] = sum(all(hits[(t, p)] for p in PRESETS) for t in whole) / max(1, len(whole))
+    return figures
+
+
+def train_one(cfg: Any, samples: list[Any], labels: dict, device: str, init: int, steps: int, every: int
+              ) -> dict[str, float]:
+    """SFT from init seed `init` on `device` ("cpu", "cuda", "cuda-tf32"), scored every `every` steps."""
+    from dataclasses import replace
+
+    import torch
+
+    from actors.learner import Learner
+    from orchestra.data.demos import sft_batches, sft_lr
+    from orchestra.policy.models import load_policy_from_config
+
+    dev = "cuda" if device.startswith("cuda") else "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = device == "cuda-tf32"
+    torch.backends.cudnn.allow_tf32 = device == "cuda-tf32"
+    model, tok = load_policy_from_config(replace(cfg.model, device=dev), seed=init)
+    learner = Learner.from_config(replace(cfg, model=replace(cfg.model, device=dev)), model, tokenizer=tok)
+    sc = replace(cfg.sft, steps=steps)
+    figures: dict[str, float] = {}
+    t0 = time.perf_counter()
+    for i, batch in enumerate(sft_batches(samples, steps, sc.batch_size, init)):
+        loss = learner.sft_update(batch, lr=sft_lr(sc, i, steps))["sft_loss"]
+        if (i + 1) % every == 0 or i + 1 == steps:
+            learner.model.eval()
+            figures = score(learner.model, tok, labels, cfg.sampling.max_tokens, dev)
+            print(f"INFO sft_lab {device} init {init} step {i + 1}: loss {loss:.3f}, agreement "
+                  + ", ".join(f"{p} {figures[p]:.2f}" for p in PRESETS) + f", contrast {figures['contrast']:.3f} "
+                  f"({time.perf_counter() - t0:.0f}s)", flush=True)
+    return figures
+
+
+def main(argv: list[str]) -> int:
+    import torch
+
+    from orchestra.config import load_config
+    from orchestra.policy.models import config_tokenizer, set_torch_threads
+
+    args = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in OWN)
+    overrides = [a for a in argv if a.split("=", 1)[0] not in OWN]
+    experiment = args.get("experiment", "cpu_tiny")
+    run = Path(args.get("run", ROOT / "runs" / "sft_lab" / Path(experiment).stem)).resolve()
+    steps, every, n_tasks = int(args.get("steps", 360)), int(args.get("every", 40)), int(args.get("tasks", 64))
+    inits = [int(x) for x in args.get("inits", "0").split(",")]
+    devices = args.get("devices", "cpu,cuda,cuda-tf32").split(",")
+    path = demonstrations(run, experiment, overrides)
+    if not (run / "config.yaml").is_file():
+        raise SystemExit(f"{run}/config.yaml is missing: the demonstrations' run config is needed to read them")
+    cfg = load_config([f"experiment={run / 'config.yaml'}"])  # the run's own config, as Serve adopts it
+    set_torch_threads(cfg.cluster.torch_threads)
+    samples = pickle.loads(path.read_bytes())
+    tok = config_tokenizer(cfg.model)
+    labels = first_calls(samples, cfg, tok, n_tasks)
+    print(f"INFO sft_lab: {len(samples)} demonstrations from {path}; {len(labels)} first calls of "
+          f"{len({t for t, _ in labels})} tasks scored (restated preference: {cfg.sft.restate_preference})")
+    for device in devices:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            print(f"INFO sft_lab {device}: skipped (no CUDA device here)")
+            continue
+        for init in inits:
+            figures = train_one(cfg, samples, labels, device, init, steps, every)
+            tag = f"sft_lab_{device.replace('-', '_')}_i{init}"
+            for p in PRESETS:
+                print(f"RESULT {tag}_agree_{p.replace('-', '_')}={figures[p]:.4f}")
+            print(f"RESULT {tag}_contrast={figures['contrast']:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
