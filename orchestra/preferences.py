@@ -148,16 +148,17 @@ def _sig(x: float, digits: int = 3) -> float:
 def sample_range(rng: random.Random, cost: Sequence[float], latency: Sequence[float], latency_zero: float = 0.5,
                  avoid: Iterable[Preference] = ()) -> Preference:
     """One vector over a range: accuracy 1, cost log-uniform in [cost[0], cost[1]], latency 0 with probability
-    `latency_zero` else log-uniform in [latency[0], latency[1]] (3 significant digits). A draw whose cost weight is
-    that of a vector of `avoid` (the adherence sweep), whatever its latency, is drawn again: the sweep stays unseen in
-    training, and so does each of its cost weights as a number the prompt shows (agent.preference_numbers)."""
+    `latency_zero` else log-uniform in [latency[0], latency[1]] (3 significant digits). A draw whose cost weight
+    reads, to two significant digits, as that of a vector of `avoid` (the adherence sweep), whatever its latency, is
+    drawn again: the sweep stays unseen in training, and so does each of its cost weights as a number the prompt shows
+    (agent.preference_numbers, in either number format)."""
     avoid = list(avoid)
-    costs = {round(float(v.get("cost", 0.0)), 9) for v in avoid}
+    costs = {f"{float(v.get('cost', 0.0)):.1e}" for v in avoid}
     for _ in range(100):
         pref = {"accuracy": 1.0, "cost": _sig(math.exp(rng.uniform(math.log(cost[0]), math.log(cost[1])))),
                 "latency": 0.0 if rng.random() < latency_zero else
                 _sig(math.exp(rng.uniform(math.log(latency[0]), math.log(latency[1]))))}
-        if not is_among(pref, avoid) and round(pref["cost"], 9) not in costs:
+        if not is_among(pref, avoid) and f"{pref['cost']:.1e}" not in costs:
             return pref
     raise ValueError(f"sampling cost in {list(cost)}, latency in {list(latency)} hit the avoided vectors 100 times")
 

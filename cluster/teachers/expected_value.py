@@ -24,7 +24,7 @@ from orchestra.types import Task
 def demonstrations(teaching: Teaching) -> tuple[list[Any], dict[str, Any]]:
     """Exploration -> the run's learned routers (saved) -> cross-fitted expected-value labels -> their episodes as
     training samples; and a report (label mix per preset, timings)."""
-    from orchestra.agent.prompt import Prompter, preference_text
+    from orchestra.agent.prompt import Prompter, preference_words
     from orchestra.routing import registry
     from orchestra.routing.cascade import as_plan, cascade_outcomes, frontier_cascades
     from orchestra.routing.estimator import Expected, TaskFeatures
@@ -101,9 +101,8 @@ def demonstrations(teaching: Teaching) -> tuple[list[Any], dict[str, Any]]:
         top = ", ".join(f"{p} {v / len(tasks):.0%}" for p, v in counts.most_common(3))
         console.print(f"  teacher, {name}: {top}")
     repeats = label_repeats([lab.plan.name for lab in labels], c.sft.label_balance)
-    if c.sft.pref_balance:  # and rare priorities (the words the prompt shows), so every bin is read, not the presets'
-        words = [preference_text(lab.task.pref, c.agent.preference_words, c.agent.preference_numbers,
-                                 c.agent.preference_levels) for lab in labels]
+    if c.sft.pref_balance:  # and rare priorities (their bin words, shown or noted), so every bin is read, not the presets'
+        words = [preference_words(lab.task.pref, c.agent.preference_levels) for lab in labels]
         repeats = [a * b for a, b in zip(repeats, label_repeats(words, c.sft.pref_balance), strict=True)]
     samples = scripted_samples([(lab.task, script_of(lab.plan)) for lab in labels], tools, tok,
                                launch.prompter_kwargs(c), c.agent.loop_kwargs(), eos, c.sampling.max_tokens,

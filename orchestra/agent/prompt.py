@@ -86,19 +86,37 @@ def preference_words(pref: Preference, bounds: Sequence[float] = ()) -> str:
     return "Priorities: " + ", ".join(parts) + "."
 
 
-def preference_text(pref: Preference, words: bool = False, numbers: bool = True, bounds: Sequence[float] = ()
-                    ) -> str:
+NUMBER_FORMATS = ("plain", "sci")  # agent.number_format
+SCI_HEAD = "Preference weights per unit of accuracy: "
+
+
+def sci(x: float) -> str:
+    """A weight in scientific notation with two significant digits, "3.0e-2", "-1.2e+0" ("0" for zero): every
+    character is a token of the tiny tokenizer, so one digit, one sign and one exponent are what a policy reads, in
+    the same places for every weight (plain "0.0347" and "0.347" split into merged pieces that differ per number)."""
+    return "0" if x == 0 else f"{x:.1e}".replace("e-0", "e-").replace("e+0", "e+")
+
+
+def preference_text(pref: Preference, words: bool = False, numbers: bool = True, bounds: Sequence[float] = (),
+                    number_format: str = "plain") -> str:
     """The preference as the policy reads it, the one rendering for training, evaluation and Serve (Prompter):
     the weights as numbers, then (`words`) in bin words. Without `numbers` only the words are shown, so every
-    vector in a bin reads alike: what the tiny policy is trained on (a 1M-parameter model reads digits poorly;
-    docs/benchmarks.md, "Quality: preferences never shown"). Larger policies may keep the numbers."""
+    vector in a bin reads alike. `number_format` "sci" shows each weight divided by accuracy's (the trade-off the
+    reward makes) in `sci` notation, "Preference weights per unit of accuracy: cost 3.0e-2, latency 0.": what the
+    tiny policy reads in cpu_tiny, turning it into its bin words itself (`preference_note`; docs/recipe.md)."""
     if not pref:
         return "User preference: accuracy first."
     if not numbers:
         return preference_words(pref, bounds)
-    parts = [f"{k} {v:g}" for k, v in sorted(pref.items())]
-    # Weights: higher = matters more; a negative tool weight = avoid that tool.
-    text = "Preference weights: " + ", ".join(parts) + "."
+    if number_format == "sci":
+        acc = pref.get("accuracy", 0.0)
+        scale = acc if acc > 0 else 1.0
+        parts = [f"{k} {sci(v / scale)}" for k, v in sorted(pref.items()) if k != "accuracy"]
+        text = SCI_HEAD + ", ".join(parts) + "."
+    else:
+        parts = [f"{k} {v:g}" for k, v in sorted(pref.items())]
+        # Weights: higher = matters more; a negative tool weight = avoid that tool.
+        text = "Preference weights: " + ", ".join(parts) + "."
     return f"{text} {preference_words(pref, bounds)}" if words else text
 
 
@@ -168,15 +186,21 @@ def restatement(prompt: str, tool: str) -> str:
 WEIGHTS_HEAD = "Preference weights: "
 # the line's body ends at the first period that no digit follows ("cost 0.2." ends it, "0.2" does not)
 _WEIGHTS = re.compile(re.escape(WEIGHTS_HEAD) + r"(.*?)\.(?:\s|<|$)")
+_SCI = re.compile(re.escape(SCI_HEAD) + r"(.*?)\.(?:\s|<|$)")
 
 
 def parse_weights(line: str) -> Preference:
     """The vector a "Preference weights: accuracy 1, cost 0.3, latency 0." line shows (`preference_text` with
-    numbers), read back; {} when `line` holds none."""
+    numbers; "Preference weights per unit of accuracy: cost 3.0e-1, latency 0." reads as accuracy 1), read back; {}
+    when `line` holds none."""
     found = _WEIGHTS.findall(line)
-    if not found:
+    per_unit = _SCI.findall(line)
+    if per_unit and (not found or line.rfind(SCI_HEAD) > line.rfind(WEIGHTS_HEAD)):
+        found, out = per_unit, {"accuracy": 1.0}
+    elif found:
+        out = {}
+    else:
         return {}
-    out: Preference = {}
     for part in found[-1].split(", "):
         key, _, value = part.rpartition(" ")
         out[key] = float(value)
@@ -199,7 +223,7 @@ def preference_note(prompt: str, bounds: Sequence[float] = ()) -> str:
     if at >= 0:
         note = prompt[at + len("Priorities: "):].split(".", 1)[0]
     else:
-        at = prompt.rfind(WEIGHTS_HEAD)
+        at = max(prompt.rfind(WEIGHTS_HEAD), prompt.rfind(SCI_HEAD))
         if at < 0:
             return ""
         note = preference_words(parse_weights(prompt[at:]), bounds)[len("Priorities: "):].rstrip(".")
@@ -213,7 +237,8 @@ class Prompter:
     def __init__(self, tokenizer: ChatTokenizer, system_prompt: str = "", doc_chars: int = 1200,
                  code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500,
                  preference_words: bool = False, prompt_format: str = "orchestra", preference_numbers: bool = True,
-                 preference_levels: Sequence[float] = (), route_hints: bool = False, tool_catalogue: str = "full"):
+                 preference_levels: Sequence[float] = (), route_hints: bool = False, tool_catalogue: str = "full",
+                 number_format: str = "plain"):
         self.tok = tokenizer
         # another model's trained layout (None: ours); the budgets above are ours and unused by it
         self.format = None if prompt_format == "orchestra" else toolorchestra_format.variant(prompt_format)
@@ -222,6 +247,9 @@ class Prompter:
         self.max_observation_chars = max_observation_chars
         self.preference_words = preference_words
         self.preference_numbers, self.preference_levels = preference_numbers, tuple(preference_levels)
+        if number_format not in NUMBER_FORMATS:
+            raise ValueError(f"number_format must be one of {NUMBER_FORMATS}, got {number_format!r}")
+        self.number_format = number_format
         # the estimator router's suggestion under the task's preference, after the preference (agent/hints.py)
         self.route_hints = bool(route_hints)
         if tool_catalogue not in CATALOGUES:
@@ -255,7 +283,8 @@ class Prompter:
         return {"role": "user", "content": "\n\n".join(sections)}
 
     def preference(self, task: Task) -> str:
-        text = preference_text(task.pref, self.preference_words, self.preference_numbers, self.preference_levels)
+        text = preference_text(task.pref, self.preference_words, self.preference_numbers, self.preference_levels,
+                               self.number_format)
         hint = hint_text(task) if self.route_hints else ""
         return f"{text}\n{hint}" if hint else text
 

@@ -42,6 +42,10 @@ class AgentConfig:
     # the four upper bounds of weight ÷ accuracy for the words minimal, low, medium, high (above: top; 0: none);
     # empty: orchestra.agent.prompt.LEVELS'
     preference_levels: list[float] = field(default_factory=list)
+    # how the numbers read: plain (the weights as given, "cost 0.347") | sci (each weight per unit of accuracy in
+    # scientific notation with two significant digits, "cost 3.5e-1": one character a token, so a tiny policy reads
+    # one digit, one sign and one exponent in the same places for every weight; orchestra.agent.prompt.sci)
+    number_format: str = "plain"
     # the estimator router's suggested plan under the task's preference, shown after the preference
     # ("Router (odds high): answer answer-2.", orchestra/agent/hints.py): per-question routing a tiny policy
     # can copy and RL can deviate from. Needs sft.teacher=expected_value (its router); the local backend and Serve
@@ -67,6 +71,7 @@ class AgentConfig:
                 "attempt_chars": self.attempt_chars, "max_observation_chars": self.max_observation_chars,
                 "preference_words": self.preference_words, "prompt_format": self.prompt_format,
                 "preference_numbers": self.preference_numbers, "preference_levels": list(self.preference_levels),
+                "number_format": self.number_format,
                 "route_hints": self.route_hints, "tool_catalogue": self.tool_catalogue}
 
     def loop_kwargs(self) -> dict[str, Any]:

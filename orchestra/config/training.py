@@ -89,7 +89,7 @@ class SFTConfig:
     # round(sqrt(this / f)) times per epoch (repeat-factor sampling, orchestra/data/demos.label_repeats), so a plan
     # the teacher rarely picks is learned too (0: off)
     label_balance: float = 0.0
-    # the same repeat-factor sampling over the labels' priorities (the words the prompt shows): a (cost, latency) bin
+    # the same repeat-factor sampling over the labels' priorities (their bin words, shown or noted): a (cost, latency) bin
     # the fixed vectors never give, which only the sampled ones fill, is repeated too, so the policy reads every bin
     # (docs/quality.md, "One recipe for every seed"; 0: off)
     pref_balance: float = 0.0

@@ -52,3 +52,30 @@ def test_sweep_summary_points_and_adherence():
     assert [p["cost_weight"] for p in out["points"]] == list(SWEEP_COSTS)
     assert [p["cost_usd"] for p in out["points"]] == pytest.approx(list(spend.values()))
     assert 0.9 < out["adherence"] < 1.0  # $ falls along the sweep but for the tie
+
+
+@pytest.mark.parametrize("experiment", ["cpu_tiny", "mmlu_pro_replay"])
+def test_the_sweep_reads_unlike_any_training_check_or_preset_prompt(experiment):
+    """Unseen as the policy sees it (issue 69): every sweep vector renders, through the one rendering the prompt uses,
+    to a preference line that no training vector (the tasks' own, the teacher's fixed and sampled ones for every
+    training task, the RL pairing's), no rung of SFT's check and no preset renders to; and the teacher never draws one
+    of the sweep's cost weights with any latency (only latency-first, a preset, shows cost 0.3, beside latency 2)."""
+    from orchestra.agent.prompt import preference_text
+    from orchestra.preferences import CHECK_COSTS
+
+    cfg = load_config([f"experiment={experiment}"])
+    a = cfg.agent
+
+    def render(p):
+        return preference_text(p, a.preference_words, a.preference_numbers, a.preference_levels, a.number_format)
+
+    train = [_task(i, pref={"accuracy": 0.8, "cost": 0.31, "latency": 0.0}) for i in range(400)]
+    sweep = {render(v) for v in sweep_vectors().values()}
+    training = {render(v) for v in heldout.training_vectors(cfg, train)}
+    check = {render(v) for v in sweep_vectors(CHECK_COSTS).values()}
+    shown = {render(v) for v in PRESETS.values()}
+    assert len(sweep) == len(SWEEP_COSTS) and len(training) > 1000
+    assert not sweep & training and not sweep & check and not sweep & shown
+    drawn = {v["cost"] for v in heldout.training_vectors(cfg, train) if v not in PRESETS.values()
+             and v.get("accuracy") == 1.0}
+    assert len(drawn) > 1000 and not drawn & set(SWEEP_COSTS)

@@ -127,3 +127,17 @@ def test_tool_catalogue_is_checked_by_name():
     with pytest.raises(ConfigError, match="agent.tool_catalogue"):
         load_config(["agent.tool_catalogue=short"])
     assert load_config(["agent.tool_catalogue=none"]).agent.prompter_kwargs()["tool_catalogue"] == "none"
+
+
+def test_weights_per_unit_of_accuracy_in_scientific_notation_read_back():
+    """agent.number_format=sci: each weight over accuracy's, two significant digits, one character a token of the
+    tiny tokenizer; the note a restating policy writes reads them into the bins' words (issue 69)."""
+    from orchestra.agent.prompt import parse_weights, preference_note, sci
+
+    assert [sci(x) for x in (0.03, 0.0347, 0.1, 3.0, 12.5, -0.3, 0.0)] == \
+        ["3.0e-2", "3.5e-2", "1.0e-1", "3.0e+0", "1.2e+1", "-3.0e-1", "0"]
+    text = preference_text({"accuracy": 0.5, "cost": 0.15, "latency": 0.0, "tool:answer-1": -0.1}, number_format="sci")
+    assert text == "Preference weights per unit of accuracy: cost 3.0e-1, latency 0, tool:answer-1 -2.0e-1."
+    assert parse_weights(text + "<|im_end|>") == {"accuracy": 1.0, "cost": 0.3, "latency": 0.0, "tool:answer-1": -0.2}
+    levels = (0.056, 0.178, 0.56, 1.78)
+    assert preference_note(f"q\n\n{text}<|im_end|>", levels) == "<think>cost medium, latency none, avoids answer-1</think>"
