@@ -8,15 +8,19 @@ failure). Two curves of mean $ per episode, each ordered by rising cost weight:
 - the presets accuracy-first, balanced, cost-first (trained vectors), and
 - the unseen sweep (orchestra/eval/adherence.py: cost weights 0.03 ... 3 at accuracy 1, latency 0; vectors, and
   with agent.preference_numbers numbers, no training rendered).
-At every step of a curve the policy's fall of $ on the log scale, ln($ before / $ after), must be at least
-`share` (1/3) of its router's fall over the same step; where the router is flat the policy must not rise, where it
-rises the policy may rise by the same share of it. So a flat middle fails (one step carrying the whole fall was what
-rank-only adherence let through), and a router that sends two presets to the same model asks no fall there. Besides,
+No step of a curve may rise (where the router's rises, the policy's may rise by `share` of that), and at every point
+the policy's fall of $ from the curve's first point on the log scale, ln($ first / $ here), must be at least `share`
+(1/3) of its router's fall to the same point. So a flat middle fails (one step carrying the whole fall was what
+rank-only adherence let through), a router that sends two presets to the same model asks no fall there, and a policy
+that reaches its cheapest route a step before its router is not asked to fall below it. Besides,
 accuracy-first must spend at least `min_spread` times what cost-first spends (`pref_spread`), asked only where the
 router itself spreads that far. Without router figures (a run whose teacher fitted none) each step must fall
 strictly and, for the sweep, −Spearman(weight, $) must reach `min_adherence`. A figure that is nan (not measured
 where it should be, a $ of nan) fails; `judged` lists every figure the verdict read, with its goal.
-Decided before the held-out draw of issue 69 was run (data.heldout_seed): the share is not tuned to it.
+The share was fixed before any run of issue 69's recipe; the rule was first per step (each step's fall >= 1/3 of the
+router's) and became cumulative after one development run on the old held-out draw (seed 0) failed a policy that
+spent 0.030 ¢ at cost weight 1 where its router spent 0.074, and could not then fall a third of the router's last
+step. Both forms fail every flat middle of bd00958's seeds 0-3. The held-out draw 69 was not used before this rule.
 
 Where the policy does not follow, the phase is named by the same figures after the warm start: it already failed
 (lost in SFT), or RL undid a warm start that passed (lost in RL). An SFT that stopped at `sft.max_steps` below its
@@ -76,21 +80,29 @@ class Curve:
 
 
 def step_problems(c: Curve, goals: Goals) -> tuple[list[str], str]:
-    """(a line per failing step, the figure as judged) of one curve."""
-    falls = [log_fall(a, b) for a, b in zip(c.policy, c.policy[1:])]
-    if c.router is not None:
-        need = [goals.share * log_fall(a, b) for a, b in zip(c.router, c.router[1:])]
-        ok = [f >= n - TOLERANCE for f, n in zip(falls, need, strict=True)]  # nan on either side fails
-        goal = f"each >= {goals.share:.2g} x its router's " + " · ".join(f"{n / goals.share:.2f}" for n in need)
-    else:
-        need = [0.0] * len(falls)
-        ok = [f > 0 for f in falls]  # no router: $ must fall strictly at every step
-        goal = "each > 0 (no router figures: strictly falling)"
-    shown = " · ".join(f"{f:.2f}" for f in falls)
-    line = f"{c.name}: ln($ fall) per step {shown} ({goal}); $ " + " · ".join(f"{100 * x:.4f}" for x in c.policy) + " ¢"
-    bad = [f"{c.name}: from {a} to {b} $ falls {f:.2f} on the log scale, "
-           + (f"goal >= {n:.2f} ({goals.share:.2g} of its router's fall)" if c.router is not None else "goal > 0")
-           for a, b, f, n, good in zip(c.labels, c.labels[1:], falls, need, ok) if not good]
+    """(a line per failing point, the figure as judged) of one curve: with router figures, no step rises (unless the
+    router's does: then by at most `share` of its rise) and at every point the fall from the curve's first point is
+    at least `share` of the router's fall to the same point; without, $ falls strictly at every step."""
+    steps = [log_fall(a, b) for a, b in zip(c.policy, c.policy[1:])]
+    shown = " · ".join(f"{100 * x:.4f}" for x in c.policy)
+    if c.router is None:
+        bad = [f"{c.name}: from {a} to {b} $ falls {f:.2f} on the log scale, goal > 0 (no router figures: strictly "
+               "falling)" for a, b, f in zip(c.labels, c.labels[1:], steps) if not f > 0]  # nan fails
+        return bad, (f"{c.name}: $ {shown} ¢; ln($ fall) per step " + " · ".join(f"{f:.2f}" for f in steps)
+                     + " (each > 0: no router figures, strictly falling)")
+    r_steps = [log_fall(a, b) for a, b in zip(c.router, c.router[1:])]
+    # a step may rise only where the router's rises (a nan on either side fails)
+    allowed = [r if math.isnan(r) else min(0.0, goals.share * r) for r in r_steps]
+    bad = [f"{c.name}: from {a} to {b} $ rises ({f:.2f} on the log scale; its router's {r:.2f})"
+           for a, b, f, n, r in zip(c.labels, c.labels[1:], steps, allowed, r_steps) if not f >= n - TOLERANCE]
+    fell = [log_fall(c.policy[0], x) for x in c.policy[1:]]
+    r_fell = [log_fall(c.router[0], x) for x in c.router[1:]]
+    bad += [f"{c.name}: from {c.labels[0]} to {b} $ falls {f:.2f} on the log scale, goal >= {goals.share * r:.2f} "
+            f"({goals.share:.2g} of its router's {r:.2f})" for b, f, r in zip(c.labels[1:], fell, r_fell)
+            if not f >= goals.share * r - TOLERANCE]
+    line = (f"{c.name}: $ {shown} ¢; ln($ fall) from {c.labels[0]} " + " · ".join(f"{f:.2f}" for f in fell)
+            + f" (each >= {goals.share:.2g} x its router's " + " · ".join(f"{r:.2f}" for r in r_fell)
+            + "), per step " + " · ".join(f"{f:.2f}" for f in steps) + " (none rising where its router's does not)")
     return bad, line
 
 

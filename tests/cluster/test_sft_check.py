@@ -54,7 +54,7 @@ def test_the_check_follows_its_router_on_training_tasks():
     # the presets followed, the ladder's middle flat (what seed 0's warm start did at bd00958)
     price = {0.05: 0.01, 0.5: 0.003, 2.0: 0.001, 0.02: 0.006, 0.07: 0.005, 0.2: 0.005, 0.6: 0.005}
     flat = check(price.__getitem__, falling)
-    assert not flat.passed and flat.monotone == 1 and "cost ladder: from sweep:cost=0.07" in flat.below
+    assert not flat.passed and flat.monotone == 1 and "cost ladder: from sweep:cost=0.02 to sweep:cost=0.2" in flat.below
 
 
 def test_a_fall_its_router_does_not_make_is_not_asked_of_sft():

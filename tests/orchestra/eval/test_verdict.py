@@ -44,7 +44,7 @@ def test_a_policy_that_falls_with_its_router_passes_and_says_what_it_judged():
     v = verdict(run(), Goals())
     assert v.follows is True and v.ok and report(v, {}) == []
     assert [line.split(" ")[0] for line in v.judged] == ["pref_spread", "presets:", "unseen"]
-    assert "its router 13.95x" in v.judged[0] and "each >= 0.33 x its router's 0.61 · 0.49 · 1.09 · 1.05" in v.judged[2]
+    assert "its router 13.95x" in v.judged[0] and "each >= 0.33 x its router's 0.61 · 1.10 · 2.19 · 3.23" in v.judged[2]
 
 
 def test_a_flat_middle_fails_where_rank_adherence_passed_it():
@@ -53,9 +53,18 @@ def test_a_flat_middle_fails_where_rank_adherence_passed_it():
     v = verdict(s, Goals())
     assert v.follows is False and v.lost_in == "sft"
     assert [p.split(" $")[0] for p in v.problems] == ["unseen sweep: from cost 0.03 to cost 0.1",
-                                                     "unseen sweep: from cost 0.1 to cost 0.3",
-                                                     "unseen sweep: from cost 0.3 to cost 1"]
+                                                     "unseen sweep: from cost 0.03 to cost 0.3",
+                                                     "unseen sweep: from cost 0.03 to cost 1"]
     assert "lost in the warm start (SFT)" in "\n".join(report(v, s))
+
+
+def test_a_policy_at_its_floor_a_step_before_its_router_is_not_asked_to_fall_further():
+    """The run that changed the rule from per step to cumulative (seed 0, old draw): the policy spent 0.030 ¢ at cost
+    weight 1, its router 0.074 ¢, and both about 0.025 ¢ at 3; a rise there would still fail."""
+    early = [0.006623, 0.003038, 0.0012, 0.000299, 0.000242]
+    router = [0.0066, 0.0038, 0.0023, 0.00074, 0.00026]
+    assert verdict(run(rl_sweep=early, router_sweep=router), Goals()).follows is True
+    assert verdict(run(rl_sweep=[*early[:4], 0.00031], router_sweep=router), Goals()).follows is False
 
 
 def test_a_fall_the_router_does_not_make_is_not_asked():
