@@ -1,7 +1,8 @@
 """Does the recipe hold for every seed? `make train`'s recipe trained on several seeds, each judged as make train
 judges itself (orchestra/eval/verdict.py), and the figures over seeds: the worst seed, never the best.
 
-Usage: python bench/seeds.py [experiment=cpu_tiny] [seeds=5] [first=0] [root=runs/seeds] [KEY=VALUE ...]
+Usage: python bench/seeds.py [experiment=cpu_tiny] [seeds=5] [first=0] [root=runs/seeds] [redraw=null]
+       [KEY=VALUE ...]
 (other KEY=VALUEs go to cluster.train as config overrides). Seeds first .. first+seeds-1 are trained one after the
 other (each alone on the machine: the trainer takes every core), in <root>/<experiment>/s<seed>. A run dir that
 already holds a summary.json is read, not trained again, only when the config it saved (config.yaml, and no
@@ -34,6 +35,9 @@ never a pass):
                                           training tasks at SFT's last check
   seeds_sft_short                         seeds whose SFT stopped at sft.max_steps below its goal
   seeds_wall_s                            mean train_wall_s
+  seeds_redraw_<draw>_follows             with redraw=DRAW: seeds whose kept policy, played with its router on another
+                                          held-out draw (cluster/redraw.py; null: the draw runs before issue 69 used),
+                                          follows by the same verdict: continuity, reported beside, never instead
 A goal missed (nan included) is a WARNING line, and the script exits 1 when a seed or a goal fails.
 """
 
@@ -50,7 +54,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PRESETS = ("accuracy-first", "balanced", "cost-first")
-OWN = ("experiment", "seeds", "first", "root")
+OWN = ("experiment", "seeds", "first", "root", "redraw")
 STAMP = "bench_seeds.json"  # the commit this script trained a run at
 # RESULT name -> (">=", goal): a figure below it, or nan, fails
 GOALS = {"seeds_min_format_ok": 0.98, "seeds_min_vs_estimator_hi": 0.0, "seeds_min_rl_gain_hi": 0.0,
@@ -114,6 +118,15 @@ def train(experiment: str, seed: int, run_dir: Path, overrides: list[str]) -> di
     (run_dir / STAMP).write_text(json.dumps({"commit": commit()}))
     subprocess.run(cmd, cwd=ROOT, check=True)
     return json.loads(summary.read_text())
+
+
+def redrawn(run_dir: Path, draw: str) -> dict[str, Any]:
+    """The run judged on another held-out draw (cluster/redraw.py), computed once and kept in the run dir."""
+    path = run_dir / f"redraw_{draw}" / "summary.json"
+    if not path.is_file():
+        subprocess.run([sys.executable, "-m", "cluster.redraw", str(run_dir), f"heldout_seed={draw}"], cwd=ROOT,
+                       check=True)
+    return json.loads(path.read_text())
 
 
 def pooled(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, float]:
@@ -268,6 +281,16 @@ def main(argv: list[str]) -> int:
     seeds = [describe_seed(s, r, cfg) for s, r in zip(range(first, first + n), runs, strict=True)]
     table(runs)
     out = aggregate(seeds)
+    if "redraw" in args:  # the same policies on another held-out draw, judged alike: continuity
+        from cluster.redraw import lines
+
+        follows = 0
+        for s in range(first, first + n):
+            other = redrawn(root / f"s{s}", args["redraw"])
+            follows += bool(other["verdict"]["follows"])
+            for line in lines(other):
+                print(line.replace("INFO redraw", f"INFO seed {s} redraw").replace("RESULT redraw", f"INFO seed {s} redraw"))
+        out[f"seeds_redraw_{args['redraw']}_follows"] = float(follows)
     gain = pooled(runs, "after_rl", "after_sft")
     out["seeds_rl_gain"], out["seeds_rl_gain_lo"], out["seeds_rl_gain_hi"] = (
         gain.get("diff", math.nan), gain.get("lo", math.nan), gain.get("hi", math.nan))
