@@ -24,8 +24,8 @@ def test_records_become_the_summary_the_verdict_reads():
     recs = records("orchestrator", POLICY, [0.006, 0.0033, 0.0019, 0.0007, 0.00025]) + \
         records("estimator", ROUTER, [0.0066, 0.0036, 0.0022, 0.00074, 0.00026])
     mine, theirs = evaluation(recs, "orchestrator", list(COST_ORDER)), evaluation(recs, "estimator", list(COST_ORDER))
-    assert mine["by_pref"]["balanced"]["cost_usd"] == 0.001 and mine["by_pref"]["balanced"]["episodes"] == 3
-    assert [p["cost_weight"] for p in mine["sweep"]["points"]] == list(SWEEP_COSTS) and mine["sweep"]["adherence"] == 1
+    assert abs(mine["by_pref"]["balanced"]["cost_usd"] - 0.001) < 1e-12 and mine["by_pref"]["balanced"]["episodes"] == 3
+    assert [p["cost_weight"] for p in mine["sweep"]["points"]] == list(SWEEP_COSTS) and mine["sweep"]["adherence"] > 0.999
     summary = {"heldout_seed": None, "tasks": 3, "after_rl": {"by_pref": mine["by_pref"]}, "unseen_sweep": mine["sweep"],
                "router": {"by_pref": theirs["by_pref"], "sweep": theirs["sweep"]}}
     v = verdict(summary, Goals())
