@@ -165,7 +165,7 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
            "sampling": {"max_tokens": 80, "temperature": 1.0},
            "algo": {"steps": 12, "group_size": 8, "prompts_per_step": 4, "lr": 1.0e-4, "balance_prefs": True,
                     "micro_batch_size": 64},
-           # the expected-value warm start (docs/benchmarks.md, "Quality"): every question played by every model, the
+           # the expected-value warm start (docs/presets.md, cpu_tiny): every question played by every model, the
            # estimator router fitted on those outcomes, each (question, preset) labelled with its best route
            "sft": {"teacher": "expected_value", "vectors": [*COST_ORDER, "latency-first"], "vectors_sampled": 4,
                    "sample_cost": [0.01, 10.0], "sample_latency": [0.1, 3.0], "sample_latency_zero": 0.5,
@@ -174,7 +174,7 @@ def presets(log: RoutingLog, out: Path, name: str, priced: dict[str, dict[str, A
                    "batch_size": 16, "demos": min(240, n_train)},
            # text_stats: the question's length, numbers and symbols as a candidate the router's cross-validation may
            # take; on seven two-model logs cut from MMLU-Pro it raised APGR by 0.013-0.018 on three and left the others
-           # within 0.001 (docs/quality.md, "Text statistics"); with them the $ / seconds ridges fit in logs
+           # within 0.001 (docs/quality.md, "The estimator router"); with them the $ / seconds ridges fit in logs
            # (orchestra/routing/spend.py)
            "router": {"explore_tasks": 0, "text_stats": True,
                       **({"meta_keys": ["family"]} if len(families(log)) > 1 else {})},

@@ -37,7 +37,7 @@ class AgentConfig:
     preference_words: bool = False
     # false: the preference is rendered only in those words, one per weight bin, no numbers (needs
     # preference_words): every vector in a bin reads alike, which is how a tiny policy trained on sampled vectors
-    # can read one (docs/benchmarks.md, "Quality: preferences never shown")
+    # can read one (docs/recipe.md)
     preference_numbers: bool = True
     # the four upper bounds of weight ÷ accuracy for the words minimal, low, medium, high (above: top; 0: none);
     # empty: orchestra.agent.prompt.LEVELS'

@@ -80,9 +80,9 @@ class SFTConfig:
     # least this share of them under every eval preset, or `max_steps` (0: off). The copy of the hint is learned
     # late and suddenly, at a step that varies by seed (docs/quality.md)
     until_agreement: float = 0.0
-    # the same chunks until the policy's $ follows the eval presets on training tasks, as the run's verdict asks of
-    # it on held-out ones (train.min_pref_spread, strictly falling $): a warm start that gives every preference one
-    # route is not handed to RL (needs max_steps; docs/quality.md, "One recipe for every seed")
+    # the same chunks until the policy's $ follows the eval presets and a cost ladder on training tasks as the run's
+    # verdict asks of it on held-out ones, against the run's router on the same tasks (cluster/sft_check.py): a warm
+    # start that gives every preference one route is not handed to RL (needs max_steps; docs/recipe.md)
     until_follows: bool = False
     max_steps: int = 0
     # expected_value teacher: a demonstration whose plan makes up a share f < this of the labels is repeated
@@ -91,7 +91,7 @@ class SFTConfig:
     label_balance: float = 0.0
     # the same repeat-factor sampling over the labels' priorities (their bin words, shown or noted): a (cost, latency) bin
     # the fixed vectors never give, which only the sampled ones fill, is repeated too, so the policy reads every bin
-    # (docs/quality.md, "One recipe for every seed"; 0: off)
+    # (docs/recipe.md, "The SFT lab"; 0: off)
     pref_balance: float = 0.0
     batch_size: int = 16
     demos: int = 600
@@ -123,9 +123,10 @@ class SFTConfig:
     # word after "differ" is RL's decision, made where "differ" is the current token (docs/quality.md, RL's
     # positive control)
     restate: bool = False
-    # expected_value and cascade teachers: every demonstrated call opens with the prompt's priorities line in a think
-    # block ("<think>cost top, latency medium</think>", orchestra/agent/prompt.preference_note), so the policy reads
-    # its preference by a copy it is trained on, and decides after it (docs/quality.md, "One recipe for every seed")
+    # expected_value and cascade teachers: every demonstrated call opens with the prompt's priorities in bin words in a
+    # think block ("<think>cost top, latency medium</think>", orchestra/agent/prompt.preference_note; read from the
+    # numbers where the prompt shows no words), so the policy reads its preference into words it is trained on, and
+    # decides after them (docs/recipe.md, "The SFT lab")
     restate_preference: bool = False
     # write the demonstrations (the TrainSamples SFT steps on) to <run_dir>/sft_samples.pkl, for bench/sft_lab.py
     save_samples: bool = False

@@ -7,7 +7,7 @@ agreement as cascades judge it (orchestra/agent/consults.py `agree`), with the c
 that ended before a third call (turns or budget ran out) is left out. A policy that reads its experts escalates
 far more often on disagreement; one that ignores them escalates at one rate whatever they said.
 `reask_disagree` / `reask_agree` are the part of those escalations that asked one of the two consulted tiers again
-(a cheap fresh answer, not a stronger tier): RL found that move under a cost-heavy preset (docs/quality.md, try 19).
+(a cheap fresh answer, not a stronger tier): RL found that move under a cost-heavy preset (docs/quality.md, RL's positive control).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Why logs with the statistics: a call's $ is its price times its tokens, and its 
 length, which the statistics carry (log-scaled): a product, so linear in logs. On MMLU-Pro (2,000 training / 2,000
 held-out questions, 5 splits) the log form with statistics brought the estimator's $ curve level with the
 per-subject router's (APGR 0.810 vs 0.813, from 0.763) and nearly halved that router's largest lead over it (+1.18
-to +0.64 points); the statistics in a linear ridge, or logs without them, did not (docs/quality.md, "$ and seconds
+to +0.64 points); the statistics in a linear ridge, or logs without them, did not (docs/quality.md, "The estimator
 in logs"). Without statistics the linear form stays: its figures are published.
 
 The ridge strength is chosen per run by k-fold cross-validation on the training tasks (`choose_alpha`: squared

@@ -15,7 +15,7 @@ weights (`sample_cost`: orchestra/preferences.sample_range). Each draw is labell
 very vector. Draws that land on the adherence sweep are redrawn (fixed vectors there are refused by the config
 check), so the sweep holds no training vector. A 1M-parameter policy learns to read such vectors when the prompt
 shows them in bins, one word per half decade of weight ÷ accuracy (agent.preference_levels); with the old, uneven
-bins and fewer tasks it conflated them (docs/benchmarks.md, "Quality: preferences never shown").
+bins and fewer tasks it conflated them (docs/recipe.md).
 """
 
 from __future__ import annotations

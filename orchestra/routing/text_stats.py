@@ -5,7 +5,7 @@ say how many steps it takes. The estimator reads them as one more candidate kind
 a logistic fit on these nine numbers, alone or blended), so cross-validation decides per run whether they help. On
 seven two-model logs cut from MMLU-Pro (bench/quality.py `routers_sets=pair`, 5 splits each) the selection took them
 on four or five splits of four logs, raised held-out APGR by 0.013-0.018 on three and left every other log within
-0.001 (docs/quality.md, "Text statistics").
+0.001 (docs/quality.md, "The estimator router").
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def test_a_policy_that_ignores_the_answers_escalates_at_one_rate(tools):
 
 
 def test_asking_a_consulted_tier_again_counts_as_an_escalation_and_as_a_reask(tools):
-    """The move RL found under balanced (docs/quality.md, try 19): on disagreement a fresh answer from a cheap tier
+    """The move RL found under balanced (docs/quality.md, RL's positive control): on disagreement a fresh answer from a cheap tier
     already consulted, not a stronger one. Both are escalations; only the first is a re-ask."""
     consults = [call_text("consult", model="answer-4"), call_text("consult", model="answer-3")]
     again = [play(tools, [*consults, call_text("answer", model="answer-4")], i) for i in range(20)]
