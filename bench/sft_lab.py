@@ -17,6 +17,11 @@ Usage: python bench/sft_lab.py [run=runs/sft_lab/cpu_tiny] [experiment=cpu_tiny]
      once (only a policy that reads its preference gets it; the presets' labels differ on most tasks).
    CUDA devices without a GPU are skipped with a line saying so.
 Prints INFO per check and `RESULT sft_lab_<device>_i<init>_agree_<preset>` / `_contrast` at the last step.
+
+`python bench/sft_lab.py notes=RUN_DIR [weights=0.02,0.03,...]` instead reads what a trained run's kept policy (its
+newest checkpoint) writes in its note for each cost weight at accuracy 1 and latency 0, greedily on 16 of its
+held-out tasks: how it reads numbers into its bin words (`RESULT sft_lab_notes_right`: the share of notes naming the
+weight's own bin).
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-OWN = ("run", "experiment", "steps", "every", "inits", "tasks", "devices")
+OWN = ("run", "experiment", "steps", "every", "inits", "tasks", "devices", "notes", "weights")
+WEIGHTS = "0.02,0.03,0.04,0.07,0.1,0.12,0.15,0.2,0.3,0.5,0.6,0.9,1,1.1,1.5,2,3,5"
 PRESETS = ("accuracy-first", "balanced", "cost-first")
 
 
@@ -128,6 +134,43 @@ def train_one(cfg: Any, samples: list[Any], labels: dict, device: str, init: int
     return figures
 
 
+def notes(run: Path, weights: list[float]) -> float:
+    """The note the run's kept policy writes for each cost weight (latency 0), greedily on 16 held-out tasks; the share
+    of notes that name the weight's own bin."""
+    import json
+    from collections import Counter
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from orchestra.agent.prompt import Prompter, level
+    from orchestra.config import load_config
+    from orchestra.data.tasks import load_tasks
+    from orchestra.policy.models import config_tokenizer
+    from orchestra.rundir.checkpoint import latest_good
+
+    cfg = load_config([f"experiment={run / 'config.yaml'}"])
+    tok = config_tokenizer(cfg.model)
+    model = AutoModelForCausalLM.from_pretrained(str(latest_good(run) / "learner")).eval()
+    prompter = Prompter(tok, **cfg.agent.prompter_kwargs())
+    schemas = next(iter(json.loads((run / "episodes" / "schemas.json").read_text()).values()))
+    tasks = load_tasks(run / "data" / "heldout.jsonl")[:16]
+    right = total = 0
+    for w in weights:
+        seen: Counter = Counter()
+        for t in tasks:
+            t.pref = {"accuracy": 1.0, "cost": w, "latency": 0.0}
+            ids = tok.encode(prompter.render(prompter.first_messages(t), schemas), add_special_tokens=False)
+            with torch.no_grad():
+                out = model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False,
+                                     pad_token_id=tok.pad_token_id or 0)
+            seen[tok.decode(out[0, len(ids):]).split("</think>")[0].replace("<think>", "")] += 1
+        want = f"cost {level(w, 1.0, cfg.agent.preference_levels)}, latency none"
+        right, total = right + seen[want], total + sum(seen.values())
+        print(f"INFO sft_lab notes: cost {w:g} (bin: {want}): " + ", ".join(f"{k!r} x{v}" for k, v in seen.items()))
+    return right / max(1, total)
+
+
 def main(argv: list[str]) -> int:
     import torch
 
@@ -136,6 +179,10 @@ def main(argv: list[str]) -> int:
 
     args = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in OWN)
     overrides = [a for a in argv if a.split("=", 1)[0] not in OWN]
+    if "notes" in args:
+        share = notes(Path(args["notes"]), [float(w) for w in args.get("weights", WEIGHTS).split(",")])
+        print(f"RESULT sft_lab_notes_right={share:.4f}")
+        return 0
     experiment = args.get("experiment", "cpu_tiny")
     run = Path(args.get("run", ROOT / "runs" / "sft_lab" / Path(experiment).stem)).resolve()
     steps, every, n_tasks = int(args.get("steps", 360)), int(args.get("every", 40)), int(args.get("tasks", 64))

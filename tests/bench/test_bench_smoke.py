@@ -174,3 +174,16 @@ def test_cascades_smoke(shared_data):
     assert r.returncode == 0, r.stderr[-3000:]
     printed = set(re.findall(r"^RESULT (\w+)=", r.stdout, re.M))
     assert {"cascade_best_hand_acc", "cascade_best_hand_cost_ratio", "cascade_oracle_acc"} <= printed, r.stdout[-2000:]
+
+
+def test_sft_lab_reads_a_runs_notes(toy_run, capsys):
+    """bench/sft_lab.py notes=RUN: what the session's toy run writes in its note for each cost weight, and the share
+    naming the weight's own bin (a toy policy writes no note worth the name: the figure is a share, whatever it is)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from sft_lab import notes
+
+    run, _ = toy_run
+    share = notes(run, [0.03, 3.0])
+    out = capsys.readouterr().out
+    assert 0.0 <= share <= 1.0 and "INFO sft_lab notes: cost 0.03 (bin: cost minimal, latency none)" in out
+    assert "INFO sft_lab notes: cost 3 (bin: cost top, latency none)" in out
