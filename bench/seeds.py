@@ -125,7 +125,7 @@ def redrawn(run_dir: Path, draw: str) -> dict[str, Any]:
     path = run_dir / f"redraw_{draw}" / "summary.json"
     if not path.is_file():
         subprocess.run([sys.executable, "-m", "cluster.redraw", str(run_dir), f"heldout_seed={draw}"], cwd=ROOT,
-                       check=True)
+                       check=True, stdout=subprocess.DEVNULL)  # its lines are printed below, per seed
     return json.loads(path.read_text())
 
 
