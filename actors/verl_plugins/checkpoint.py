@@ -10,7 +10,7 @@ collective) and skip the write. On load, a rank of replica k reads the file of t
 fsdp coordinate, ddp 0), and its DTensors are re-homed on its own mesh: a pickled DeviceMesh carries the writer's
 rank and process-group names. The extra state (lr scheduler, RNG) stays per rank: a few KB each.
 FSDP2 (`strategy=fsdp2`: DTensor optimizer state too) and a one-replica mesh are left as verl writes them.
-Loaded into every verl process by VERL_USE_EXTERNAL_MODULES (verl/__init__.py:49; cluster/verl_job.py sets it).
+Loaded into every verl process by VERL_USE_EXTERNAL_MODULES (verl/__init__.py:49; cluster/verl/job.py sets it).
 """
 
 from __future__ import annotations

@@ -220,7 +220,7 @@ def test_rayjob():
     spec = j["spec"]
     v = load_config(["experiment=h100_2x8"]).verl
     argv = shlex.split(spec["entrypoint"].split("&&")[-1])
-    assert argv[:4] == [v.python, "-m", "cluster.verl_job", "experiment=h100_2x8"] and argv[-1] == "--here"
+    assert argv[:4] == [v.python, "-m", "cluster.verl.job", "experiment=h100_2x8"] and argv[-1] == "--here"
     rc = spec["rayClusterSpec"]
     assert rc["authOptions"]["mode"] == "token" and rc["rayVersion"].startswith("2.60")
     (group,) = [g for g in rc["workerGroupSpecs"]
@@ -429,7 +429,7 @@ def test_the_claimless_tools_pod_runs_only_the_tool_servers():
     reward_loop.py: `Resources.CPU > 0`) and TransferQueue its storage units over every alive node (hard affinity,
     transfer_queue/utils/common.py) unless a resource is required: the pod offers no CPUs, h100_2x8's tool servers ask
     for none, and the job requires CPUs of the storage units' nodes."""
-    from cluster.verl_config import verl_overrides
+    from cluster.verl.config import verl_overrides
 
     j = load("kuberay/rayjob.yaml")
     (tools,) = [g for g in groups(j) if g["template"]["spec"].get("hostUsers") is False]

@@ -11,7 +11,7 @@ one download, and the run itself.
   (16 GB for Qwen3-8B, inside its start timeout), and without the warm start each verl rank and vLLM replica would
   fetch it into its own node's cache. The job then runs with `model.name` = that directory.
 - `watchdog`: a run that hangs inside verl stops after `verl.watchdog_s`, naming the free resources.
-Launching is cluster/verl_job.py's.
+Launching is cluster/verl/job.py's.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cluster.verl_config import output_dir
+from cluster.verl.config import output_dir
 from orchestra.config import ExperimentConfig
 
 PROGRESS_EVERY_S = 60.0  # a progress line at least this often while nothing changes

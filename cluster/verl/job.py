@@ -1,4 +1,4 @@
-"""verl backend launcher: `python -m cluster.verl_job experiment=h100_2x8 [key=value ...] [--dry-run | --here]`.
+"""verl backend launcher: `python -m cluster.verl.job experiment=h100_2x8 [key=value ...] [--dry-run | --here]`.
 
 - (default) submits the job with `ray job submit` to $RAY_ADDRESS (RAY_AUTH_MODE=token: Ray 2.60 keeps token
   auth on and its CLI needs it), working dir = this project without `runs/` (never /tmp: Ray's /tmp/ray would shadow
@@ -7,14 +7,14 @@
 - `--here`: runs verl's entry point in this process, as `python -m verl.trainer.main_ppo` would (compose,
   auto_set_device, validate_config, run_ppo with the V1 TaskRunner), after downloading an HF policy once into the
   shared storage and staging the task files under `<verl.output_dir>/verl/` (`stage`), waiting for the GPU and
-  tool nodes to join (cluster/verl_wait.py), checking the code sandbox, and starting our named actors (`tool:<name>` tool
+  tool nodes to join (cluster/verl/wait.py), checking the code sandbox, and starting our named actors (`tool:<name>` tool
   servers, `search` on the staged corpus, and the `reward` RewardActor for grouped rubrics), whose handles it holds
   for the job's lifetime (a named actor without a handle is garbage-collected). `verl.platform=cpu` runs the same
   trainer on CPU through verl's plugin points (actors/verl_plugins/cpu_platform.py): how CI proves this path.
 - `--dry-run`: prints the resolved verl config and the `ray job submit` command; touches no cluster.
-The config translation is cluster/verl_config.py; the plan it prints (updates, padding, checkpoint bytes, the
-resumed step) cluster/verl_plan.py's; the files the job stages and exports (`stage`, the
-warm-started policy, the merged HF dir) are cluster/verl_stage.py's. Secrets never travel in the job's
+The config translation is cluster/verl/config.py; the plan it prints (updates, padding, checkpoint bytes, the
+resumed step) cluster/verl/plan.py's; the files the job stages and exports (`stage`, the
+warm-started policy, the merged HF dir) are cluster/verl/stage.py's. Secrets never travel in the job's
 runtime_env (Ray's job table shows it to every token holder): nodes get them from their own environment
 (cluster/ray-cluster.yaml's env file, the KubeRay Secret), and the launcher only names the ones set here that
 will not be sent.
@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from cluster.verl_config import (
+from cluster.verl.config import (
     CPU_PLUGIN,
     ROOT,
     agent_loop_entries,
@@ -47,9 +47,9 @@ from cluster.verl_config import (
     validate_verl_config,
     verl_overrides,
 )
-from cluster.verl_plan import check_cadence, checkpoint_line, resume_plan, updates_line
-from cluster.verl_stage import export_hf, stage, warm_start_stage
-from cluster.verl_wait import fetch_policy, wait_for_nodes, watchdog
+from cluster.verl.plan import check_cadence, checkpoint_line, resume_plan, updates_line
+from cluster.verl.stage import export_hf, stage, warm_start_stage
+from cluster.verl.wait import fetch_policy, wait_for_nodes, watchdog
 from orchestra.config import ConfigError, ExperimentConfig, load_config
 from orchestra.config.cli import parse_cli
 from reward.rubric import rubric_of
@@ -77,7 +77,7 @@ def submission_id(cfg: ExperimentConfig) -> str:
 
 def submit_command(cfg: ExperimentConfig, orchestra_overrides: list[str], runtime_env_file: str,
                    job_id: str) -> list[str]:
-    entry = [cfg.verl.python, "-m", "cluster.verl_job", *orchestra_overrides, "--here"]
+    entry = [cfg.verl.python, "-m", "cluster.verl.job", *orchestra_overrides, "--here"]
     return ["ray", "job", "submit", "--address", os.environ.get("RAY_ADDRESS", "$RAY_ADDRESS"),
             "--working-dir", ".", "--runtime-env", runtime_env_file, "--submission-id", job_id, "--no-wait",
             "--", *entry]
@@ -247,11 +247,11 @@ def _submit(cfg: ExperimentConfig, overrides: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        cli = parse_cli(argv, "cluster.verl_job", flags=FLAGS)
+        cli = parse_cli(argv, "cluster.verl.job", flags=FLAGS)
         flags, overrides = cli.flags, cli.overrides
         cfg = load_config(overrides)
         if cfg.backend != "verl":
-            raise ConfigError(f"backend: cluster.verl_job needs backend=verl, got {cfg.backend!r}")
+            raise ConfigError(f"backend: cluster.verl.job needs backend=verl, got {cfg.backend!r}")
         verl_cfg = compose(verl_overrides(cfg, overrides))
         check_cadence(cfg)
         if "--dry-run" in flags:

@@ -14,8 +14,8 @@ import yaml
 
 pytest.importorskip("hydra")
 
-from cluster import verl_job, verl_wait  # noqa: E402
-from cluster.verl_config import (  # noqa: E402
+from cluster.verl import job as verl_job, wait as verl_wait  # noqa: E402
+from cluster.verl.config import (  # noqa: E402
     MODES,
     agent_loop_entries,
     compose,
@@ -24,8 +24,8 @@ from cluster.verl_config import (  # noqa: E402
     validate_verl_config,
     verl_overrides,
 )
-from cluster.verl_job import load_runtime_env, main, prepare_here  # noqa: E402
-from cluster.verl_stage import stage  # noqa: E402
+from cluster.verl.job import load_runtime_env, main, prepare_here  # noqa: E402
+from cluster.verl.stage import stage  # noqa: E402
 from orchestra.config import ConfigError, load_config  # noqa: E402
 
 H100 = ["experiment=h100_2x8"]
@@ -186,7 +186,7 @@ def test_dry_run_prints_config_and_submit_command_without_secrets(capsys, monkey
     cmd = [line for line in out.splitlines() if " ray job submit " in f" {line}"][-1]
     assert cmd.startswith("RAY_AUTH_MODE=token ") and "--address http://head:8265" in cmd
     assert "--working-dir . " in cmd and "/tmp" not in cmd
-    assert "/.venv/bin/python -m cluster.verl_job experiment=h100_2x8 --here" in cmd
+    assert "/.venv/bin/python -m cluster.verl.job experiment=h100_2x8 --here" in cmd
 
 
 def test_runtime_env_never_carries_secrets_and_excludes_local_runs():
@@ -240,7 +240,7 @@ def test_a_verl_step_plays_the_local_steps_groups(tmp_path):
     import pyarrow.parquet as pq
 
     from cluster.rollouts import TaskSampler, step_requests
-    from cluster.verl_config import rows_per_step
+    from cluster.verl.config import rows_per_step
     from orchestra.config import task_tiers
     from orchestra.data.sources import build_task_set
     from orchestra.data.tasks import task_from_verl_row
@@ -260,7 +260,7 @@ def test_a_verl_step_plays_the_local_steps_groups(tmp_path):
 
 def test_the_job_searches_the_staged_corpus(tmp_path):
     """On 2bd8f65 the job's `search` was Tavily web search (the corpus never staged). (A refused sandbox stops the
-    job where the code tools run: tests/cluster/test_verl_actors.py.)"""
+    job where the code tools run: tests/cluster/verl/test_actors.py.)"""
     from tools.registry import Build
     from tools.web_search import WebSearch
 
@@ -364,13 +364,13 @@ def test_watchdog_turns_a_silent_wait_into_an_error():
 def test_watchdog_ends_a_run_whose_main_thread_no_signal_reaches():
     """A failed weight sync into vLLM leaves verl's driver blocked in ray.get, where Python runs no signal handler:
     on 64e2e69 the SIGALRM watchdog never fired there (reproduced with verl's vLLM rollout on CPU,
-    tests/cluster/test_verl_cpu.py). Its timer thread ends the run with the same message."""
+    tests/cluster/verl/test_cpu.py). Its timer thread ends the run with the same message."""
     import subprocess
     import sys
 
     code = """
 import signal, time
-from cluster import verl_wait
+from cluster.verl import wait as verl_wait
 verl_wait.WATCHDOG_GRACE_S = 0.5
 with verl_wait.watchdog(1.0, "verl job blocked"):
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # as a C call that never returns to Python

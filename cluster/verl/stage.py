@@ -1,10 +1,10 @@
-"""The files of a verl job on its shared output dir (`verl.output_dir`; the paths are cluster/verl_config.py's).
+"""The files of a verl job on its shared output dir (`verl.output_dir`; the paths are cluster/verl/config.py's).
 
 `stage` writes what verl's workers read before the trainer starts: train/val parquet, the corpus `search` serves,
 the agent-loop yaml, the reward-function shim, the run's config, and the policy as an HF dir for the embedded
 models; `warm_start_stage` writes the warm-started policy there instead (`verl.warm_start=true`, the job's first
 stage); `export_hf` merges the newest checkpoint into a plain HF dir afterwards. Submitting and running the job
-are cluster/verl_job.py's.
+are cluster/verl/job.py's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from cluster.verl_config import agent_loop_entries, output_dir, stage_dir
+from cluster.verl.config import agent_loop_entries, output_dir, stage_dir
 from orchestra.config import ExperimentConfig, task_tiers
 
 REWARD_SHIM = "# verl loads its custom reward function from a file: ours lives in the installed project.\n" \

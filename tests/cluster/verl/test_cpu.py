@@ -9,10 +9,10 @@ step-2 checkpoint with its warm-started policy: steps 3 and 4, rollout-vs-actor 
 (the first one the loaded checkpoint's), the merged weights served. With that venv the cpuhf jobs run in it too (a
 checkpoint of the project venv's torch 2.13 does not load under its torch 2.11: bench/verl_cpu.py); without it they
 run in this interpreter and the vLLM test skips. verl's trainer in the project venv runs end to end beside this, in
-test_verl_rl_control.py.
+verl/test_rl_control.py.
 Minutes, not seconds: marked `verl_cpu`, run by `make test-verl-cpu` (.ci/run's third step), not by `make test`;
-beside it there, the positive control through verl (test_verl_rl_control.py) and the watchdog ending a hung weight
-sync (test_verl_watchdog.py)."""
+beside it there, the positive control through verl (verl/test_rl_control.py) and the watchdog ending a hung weight
+sync (verl/test_watchdog.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tests.helpers.verl_vllm import VERL_VLLM_PYTHON, VLLM_WANTED, needs_vllm
 pytest.importorskip("verl")
 pytestmark = pytest.mark.verl_cpu
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
