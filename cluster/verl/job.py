@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
+from urllib.parse import urlparse
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,8 @@ from cluster.verl.config import (
 )
 from cluster.verl.plan import check_cadence, checkpoint_line, resume_plan, updates_line
 from cluster.verl.stage import export_hf, stage, warm_start_stage
-from cluster.verl.wait import fetch_policy, wait_for_nodes, watchdog
+from cluster.verl.placement import print_placement
+from cluster.verl.wait import fetch_policy, node_watch, wait_for_nodes, watchdog
 from orchestra.config import ConfigError, ExperimentConfig, load_config
 from orchestra.config.cli import parse_cli
 from reward.rubric import rubric_of
@@ -176,7 +178,11 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     if not ray.is_initialized():
         runtime_env = OmegaConf.to_container(OmegaConf.create(get_ppo_ray_runtime_env(verl_cfg)))
         runtime_env.setdefault("env_vars", {}).update({"TRANSFER_QUEUE_ENABLE": "1", **env})
-        if cfg.verl.platform == "cpu":  # logical GPUs for verl's resource pools, a local cluster of our size
+        address = cluster_address(cfg)
+        if address:  # the cluster the job runs in (`ray job submit` sets RAY_ADDRESS), on every platform
+            ray.init(address=address, runtime_env=runtime_env)
+            print(f"attached to the Ray cluster at {address} ({len([n for n in ray.nodes() if n['Alive']])} nodes)")
+        elif cfg.verl.platform == "cpu":  # logical GPUs for verl's resource pools, a local cluster of our size
             ray.init(address="local", num_cpus=cfg.verl.cpu_num_cpus, num_gpus=cfg.verl.nnodes * cfg.verl.gpus_per_node,
                      object_store_memory=cfg.cluster.object_store_memory_mb * 1024**2, runtime_env=runtime_env)
         else:
@@ -186,10 +192,22 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     actors = start_job_actors(cfg)
     if cfg.verl.warm_start:
         warm_start_stage(cfg, actors["tools"])
-    with watchdog(cfg.verl.watchdog_s, f"verl job {cfg.name}"):
+    with watchdog(cfg.verl.watchdog_s, f"verl job {cfg.name}"), node_watch(cfg, f"verl job {cfg.name}"):
         run_ppo(verl_cfg, task_runner_class=TaskRunnerV1)
+    print_placement(cfg)
     del actors
     export_hf(cfg)
+
+
+def cluster_address(cfg: ExperimentConfig) -> str:
+    """The Ray cluster to join: `cluster.address`, else $RAY_ADDRESS (under `ray job submit`, the GCS address of the
+    cluster the job runs in); "" starts one of the job's own (one machine)."""
+    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS", "")
+    if address.startswith(("http://", "https://")):
+        raise ConfigError(f"cluster.address / RAY_ADDRESS: {address} is a dashboard (job server) address, for "
+                          "`ray job submit`; --here joins a cluster through its GCS address (HOST:PORT, e.g. "
+                          "127.0.0.11:6390 of make cluster-up)")
+    return address
 
 
 def _dry_run(cfg: ExperimentConfig, overrides: list[str], verl_cfg: Any) -> int:
@@ -213,14 +231,48 @@ def _dry_run(cfg: ExperimentConfig, overrides: list[str], verl_cfg: Any) -> int:
     return 0
 
 
+def this_machine(cfg: ExperimentConfig, address: str) -> tuple[list[str], dict[str, str]]:
+    """For a cluster on this machine (RAY_ADDRESS on 127.0.0.0/8, e.g. `make cluster-up`'s): the overrides that fill
+    an empty `verl.output_dir` (this checkout's run dir) and `verl.python` (this interpreter), which its nodes share
+    with this process, and the token of the cluster `make cluster-up` recorded at that address when none is set.
+    Each is said; elsewhere nothing is filled in."""
+    host = urlparse(address if "://" in address else f"http://{address}").hostname or ""
+    if not host.startswith("127."):
+        return [], {}
+    extra = []
+    if not cfg.verl.output_dir:
+        extra.append(f"verl.output_dir={output_dir(cfg)}")
+    if not cfg.verl.python:
+        extra.append(f"verl.python={sys.executable}")
+    token = {}
+    if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+        from cluster.nodes import token_for
+
+        path = token_for(address)
+        if path:
+            token = {"RAY_AUTH_TOKEN_PATH": path}
+    said = [*extra, *([f"its token {token['RAY_AUTH_TOKEN_PATH']} (make cluster-up)"] if token else [])]
+    if said:
+        print(f"note: {address} is a cluster on this machine: {', '.join(said)}", file=sys.stderr)
+    return extra, token
+
+
 def _submit(cfg: ExperimentConfig, overrides: list[str]) -> int:
     if not os.environ.get("RAY_ADDRESS"):
         print("RAY_ADDRESS is not set: point it at the cluster's dashboard (http://HEAD:8265), or use --here / "
               "--dry-run", file=sys.stderr)
         return 2
+    extra, token = this_machine(cfg, os.environ["RAY_ADDRESS"])
+    if extra:
+        overrides = [*overrides, *extra]
+        cfg = load_config(overrides)
     if not cfg.verl.output_dir:
         print("config error: verl.output_dir: a submitted job needs an absolute directory every node shares "
               "(checkpoints, logs, staged tasks), e.g. verl.output_dir=/mnt/orchestra-runs/" + cfg.name, file=sys.stderr)
+        return 2
+    if not cfg.verl.python:
+        print("config error: verl.python: the interpreter of the project's venv on the cluster's nodes, e.g. "
+              "/home/ray/orchestra/.venv/bin/python (cluster/ray-cluster.yaml)", file=sys.stderr)
         return 2
     env, secrets = load_runtime_env()
     if secrets:
@@ -234,7 +286,7 @@ def _submit(cfg: ExperimentConfig, overrides: list[str]) -> int:
     if ray_cli.is_file():
         cmd[0] = str(ray_cli)
     try:
-        rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, **submit_env()})
+        rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, **token, **submit_env()})
     finally:
         os.unlink(f.name)
     if rc == 0:

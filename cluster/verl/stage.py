@@ -73,8 +73,9 @@ def export_hf(cfg: ExperimentConfig) -> Path | None:
     cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor),
            "--target_dir", str(tmp)]
     if subprocess.call(cmd, stdout=subprocess.DEVNULL) != 0:
-        print(f"model_merger failed on {actor}; merge by hand: {shlex.join(cmd)}", file=sys.stderr)
-        return None
+        raise RuntimeError(f"model_merger failed on {actor} (its error above); the checkpoint is intact: merge by "
+                           f"hand with {shlex.join(cmd)}, or submit again (verl resumes past its last step and "
+                           "merges)")
     shutil.copy(Path(stage_dir(cfg)) / "config.yaml", tmp / "orchestra_config.yaml")
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
