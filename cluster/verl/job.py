@@ -30,9 +30,9 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
-from urllib.parse import urlparse
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import yaml
 
@@ -48,9 +48,9 @@ from cluster.verl.config import (
     validate_verl_config,
     verl_overrides,
 )
+from cluster.verl.placement import print_placement
 from cluster.verl.plan import check_cadence, checkpoint_line, resume_plan, updates_line
 from cluster.verl.stage import export_hf, stage, warm_start_stage
-from cluster.verl.placement import print_placement
 from cluster.verl.wait import fetch_policy, node_watch, wait_for_nodes, watchdog
 from orchestra.config import ConfigError, ExperimentConfig, load_config
 from orchestra.config.cli import parse_cli
