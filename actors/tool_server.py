@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -66,9 +67,11 @@ class ToolServer:
     def ready(self) -> int:
         return os.getpid()
 
-    def sandbox_verdict(self) -> dict[str, Any] | None:
+    def sandbox_verdict(self, pod_checks: Callable[[], list[str]] | None = None) -> dict[str, Any] | None:
         """The code sandbox as this tool will meet it, probed in this process on this node (the launcher's preflight
-        asks every code tool's server: the driver's host says nothing about another node's). None: no code here."""
+        asks every code tool's server: the driver's host says nothing about another node's). None: no code here.
+        `pod_checks`: the caller's checks of this node (cluster/k8s_preflight.py: what a KubeRay pod needs), run
+        here for the same reason; their lines come back under "pod"."""
         import socket
 
         backend = getattr(self.tool, "backend", None)
@@ -76,7 +79,7 @@ class ToolServer:
         if sandbox is None:
             return None
         return {"host": socket.gethostname(), "shortfall": sandbox.shortfall,
-                "allow_unconfined": bool(sandbox.allow_unconfined)}
+                "allow_unconfined": bool(sandbox.allow_unconfined), "pod": pod_checks() if pod_checks else []}
 
     def schema(self, task: Task | None = None) -> dict[str, Any]:
         return self.tool.schema(task)

@@ -195,9 +195,21 @@ def sandbox_line(shortfall: str | None, allow_unconfined: bool, where: str) -> s
 
 def sandbox_preflight_servers(cfg: ExperimentConfig, handles: dict[str, Any]) -> list[str]:
     """The preflight where the code runs: every code tool's server probes its own sandbox, on its own node (a pod
-    may lack what the driver's host has, e.g. Kubernetes' `procMount: Unmasked`). One line per problem."""
+    may lack what the driver's host has, e.g. Kubernetes' `procMount: Unmasked`), and checks what its KubeRay pod
+    needs from the cluster (cluster/k8s_preflight.py; nothing off Kubernetes). One line per problem; a pod's
+    missing preconditions once per host, as errors where its sandbox refuses (they say why), else as warnings."""
+    from cluster.k8s_preflight import check
+
     names = [n for n in CODE_TOOLS if n in handles]
-    verdicts = wait_ready(cfg, [handles[n].sandbox_verdict.remote() for n in names], "the sandbox preflight")
-    lines = [sandbox_line(v["shortfall"], v["allow_unconfined"], f" of tool server {n!r} on {v['host']}")
-             for n, v in zip(names, verdicts, strict=True) if v]
-    return [line for line in lines if line]
+    verdicts = wait_ready(cfg, [handles[n].sandbox_verdict.remote(check) for n in names], "the sandbox preflight")
+    lines, hosts = [], set()
+    for n, v in zip(names, verdicts, strict=True):
+        if not v:
+            continue
+        line = sandbox_line(v["shortfall"], v["allow_unconfined"], f" of tool server {n!r} on {v['host']}")
+        lines += [line] if line else []
+        if v["host"] not in hosts:
+            hosts.add(v["host"])
+            level = "error" if line and line.startswith("error") else "warning"
+            lines += [f"{level}: pod {v['host']}: {problem}" for problem in v.get("pod", [])]
+    return lines
