@@ -179,7 +179,7 @@ def test_ray_up_names_a_flash_attn_that_fails_to_build_or_import(tmp_path):
 def test_the_documented_way_out_of_flash_attn_trains_with_sdpa():
     """docs/cluster.md's flash-attn way out, composed with verl's own config: the warm start's learner and verl's
     actor on sdpa, and verl's remove-padding (flash-attn's varlen kernels) off."""
-    from cluster.verl_config import compose, verl_overrides
+    from cluster.verl.config import compose, verl_overrides
 
     docs = (CLUSTER.parent / "docs" / "cluster.md").read_text()
     section = docs.split("## flash-attn", 1)[1].split("\n## ", 1)[0]
