@@ -207,13 +207,18 @@ class ToolServer:
         return result
 
 
+def tool_actor_name(name: str, suffix: str = "") -> str:
+    """The Ray name of tool `name`'s server (dashboard: `tool:search`); rollout workers look servers up by it."""
+    return f"tool:{name}{suffix}"
+
+
 def make_tool_server(name: str, zoo_cfg: dict[str, Any], *, num_cpus: float = 0.05, max_concurrency: int = 64,
                      max_restarts: int = 3, namespace: str | None = None, actor_name: str | None = None,
                      queue_limit: int = 1024, resources: dict[str, float] | None = None, **server_kwargs: Any) -> Any:
     """Start a ToolServer actor named `tool:<name>`. Ray's own concurrency is max_concurrency + queue_limit so
     queued calls wait inside the actor, where their queueing time is measured; `resources`: custom Ray resources
     (which nodes may host it); `server_kwargs` go to ToolServer."""
-    opts: dict[str, Any] = dict(name=actor_name or f"tool:{name}", num_cpus=num_cpus, max_restarts=max_restarts,
+    opts: dict[str, Any] = dict(name=actor_name or tool_actor_name(name), num_cpus=num_cpus, max_restarts=max_restarts,
                                 max_task_retries=0, max_concurrency=max_concurrency + queue_limit)
     if resources:
         opts["resources"] = dict(resources)
@@ -239,5 +244,5 @@ def make_tool_servers(zoo_cfg: dict[str, Any], names: list[str] | None = None, *
             max_restarts=server.get("max_restarts", 3), namespace=namespace, timeout_s=server.get("timeout_s", 60.0),
             retries=server.get("retries", 2), backoff_s=server.get("backoff_s", 0.2),
             rate_limit_per_s=server.get("rate_limit_per_s", 0.0), cache_size=server.get("cache_size", 0),
-            ledger=ledger, build_kwargs=build_kwargs, actor_name=f"tool:{name}{name_suffix}", resources=resources)
+            ledger=ledger, build_kwargs=build_kwargs, actor_name=tool_actor_name(name, name_suffix), resources=resources)
     return handles, ledger

@@ -102,6 +102,9 @@ def wait_ready(cfg: ExperimentConfig, refs: list[Any], what: str) -> list[Any]:
                            f"free resources: {ray.available_resources()}") from None
 
 
+REWARD_NAME = "reward"
+
+
 def start_reward_actor(cfg: ExperimentConfig) -> Any:
     from actors.reward_actor import RewardActor
 
@@ -109,7 +112,7 @@ def start_reward_actor(cfg: ExperimentConfig) -> Any:
     # A killed reward actor restarts empty: retrying every call in flight (max_task_retries) makes the waiting
     # `submit`s re-form their groups in the new process, so in-flight groups are re-scored, not lost.
     # Only its metric counters since the last checkpoint are lost.
-    cls = ray.remote(RewardActor).options(name="reward", num_cpus=cfg.cluster.reward_cpus, max_concurrency=1000,
+    cls = ray.remote(RewardActor).options(name=REWARD_NAME, num_cpus=cfg.cluster.reward_cpus, max_concurrency=1000,
                                           max_restarts=cfg.cluster.max_restarts,
                                           max_task_retries=cfg.cluster.max_restarts)
     return cls.remote(**RewardActor.config_kwargs(r, cfg.model, judge_expert(cfg)))
@@ -133,12 +136,13 @@ def start_learner(cfg: ExperimentConfig, name: str = "learner") -> Any:
     from actors.learner import LearnerProcess
 
     cls = ray.remote(LearnerProcess).options(name=name, num_cpus=c.learner_cpus, num_gpus=c.learner_gpus,
-                                             max_restarts=0)
+                                             max_restarts=0, resources=dict(c.worker_resources))
     return cls.remote(cfg)
 
 
 def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], reward: Any) -> list[Any]:
     from actors.rollout_worker import RolloutWorker
+    from actors.tool_server import tool_actor_name
 
     c, e = cfg.cluster, cfg.engine
     if e.kind == "vllm":  # VLLMEngine loads weights from a saved directory and syncs them asynchronously
@@ -147,20 +151,26 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
                           "backend=verl (and `make serve` takes engine.kind=vllm with a checkpoint)")
     workers = []
     for i in range(c.num_rollout_workers):
+        # SPREAD: on a cluster of several nodes one worker per node where they fit, so a lost node takes one
+        # worker's episodes (played again: cluster/rollouts.py), not all of them; one node: no difference
         cls = ray.remote(RolloutWorker).options(name=f"rollout-worker-{i}", num_cpus=c.rollout_worker_cpus,
                                                 num_gpus=c.rollout_worker_gpus, max_restarts=c.max_restarts,
-                                                max_concurrency=1000)
+                                                max_concurrency=1000, resources=dict(c.worker_resources),
+                                                scheduling_strategy="SPREAD")
         workers.append(cls.remote(
             worker_id=i, model_name=cfg.model.name, model_kwargs=model_kwargs(cfg), engine_kind=e.kind,
             engine_kwargs=e.hf_kwargs() if e.kind == "hf" else e.remote_kwargs() if e.kind == "remote" else {
                 "max_batch_size": e.max_batch_size, "batch_wait_ms": e.batch_wait_ms},
-            agent_kwargs=cfg.agent.loop_kwargs(), prompter_kwargs=prompter_kwargs(cfg), tool_handles=tool_handles,
-            torch_threads=cfg.cluster.torch_threads,
+            # by name, not handle: handles in a restartable actor's arguments stay in the object store, where a
+            # restart may not find them (Ray warns); the worker looks the named actors up itself
+            agent_kwargs=cfg.agent.loop_kwargs(), prompter_kwargs=prompter_kwargs(cfg),
+            tool_handles={n: tool_actor_name(n) for n in tool_handles}, torch_threads=cfg.cluster.torch_threads,
             tool_timeout_s=cfg.zoo.server.timeout_s, tool_max_in_flight=cfg.zoo.server.client_max_in_flight,
-            reward_actor=reward,
+            reward_actor=REWARD_NAME if reward is not None else None,
             # τ² tasks run their own in-process tools (call_expert over the zoo's experts) and user simulator
             zoo=zoo_dict(cfg.zoo), tau2=asdict(cfg.tau2)))
-    wait_ready(cfg, [w.ready.remote() for w in workers], "rollout workers")
+    where = f" (cluster.worker_resources={c.worker_resources}: a node must offer them)" if c.worker_resources else ""
+    wait_ready(cfg, [w.ready.remote() for w in workers], "rollout workers" + where)
     return workers
 
 
