@@ -25,7 +25,7 @@ def init_ray(cfg: ExperimentConfig) -> str:
     address = cfg.cluster.address or os.environ.get("RAY_ADDRESS", "")
     env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}}
     if address:
-        ray.init(address=address, runtime_env=env, log_to_driver=True)
+        ray.init(address=address, runtime_env=beside_job(env), log_to_driver=True)
         return f"attached to {address}"
     port = {"_metrics_export_port": cfg.cluster.metrics_export_port} if cfg.cluster.metrics_export_port else {}
     # address="local": a new cluster of this run's size even when `ray start` left one running here (plain
@@ -36,6 +36,16 @@ def init_ray(cfg: ExperimentConfig) -> str:
     note = (" beside the Ray cluster `ray start` left running here (cluster.address=auto would use that one)"
             if other_local_cluster() else "")
     return f"local cluster ({ray.cluster_resources().get('CPU', 0):g} CPUs){note}"
+
+
+def beside_job(env: dict[str, Any]) -> dict[str, Any]:
+    """Our runtime_env without what the job this driver runs in already sets: under `ray job submit` Ray merges the
+    job's runtime_env with the driver's and refuses one that names an env var both name."""
+    import json
+
+    job = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}") or "{}")
+    taken = set(((job.get("runtime_env") or {}).get("env_vars") or {}))
+    return {**env, "env_vars": {k: v for k, v in env.get("env_vars", {}).items() if k not in taken}}
 
 
 def other_local_cluster() -> bool:

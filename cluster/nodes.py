@@ -15,8 +15,7 @@ cluster. `make cluster-up` / `make cluster-down`; `python -m cluster.nodes up|do
   the processes of the recorded sessions (and their descendants), by id: never `ray stop`, which ends every Ray
   cluster on the machine. `lose` is a hard loss (SIGKILL: a preempted or crashed machine); `start` brings the node
   back under the same IP and ports.
-The state (addresses, sessions, ports) is `<dir>/cluster.json`; `<dir>` defaults to runs/cluster
-($ORCHESTRA_CLUSTER_DIR).
+The state (addresses, sessions, ports) is `<dir>/cluster.json`; `<dir>` is $ORCHESTRA_CLUSTER_DIR, else runs/cluster.
 """
 
 from __future__ import annotations
@@ -35,7 +34,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DIR = Path(os.environ.get("ORCHESTRA_CLUSTER_DIR", ROOT / "runs" / "cluster"))
+DEFAULT_DIR = ROOT / "runs" / "cluster"
+
+
+def default_dir() -> Path:
+    """Where `make cluster-up` records its cluster: $ORCHESTRA_CLUSTER_DIR, else runs/cluster."""
+    return Path(os.environ.get("ORCHESTRA_CLUSTER_DIR") or DEFAULT_DIR)
 TOOLS_RESOURCE = "orchestra_tools"  # conf: cluster.tool_resources of the cluster presets
 WORKERS_RESOURCE = "orchestra_workers"  # conf: cluster.worker_resources of the cluster presets
 # ports per node: GCS (head only), node manager, object manager, agent (listen, grpc), runtime-env agent, metrics,
@@ -44,6 +48,7 @@ PORTS = {"node_manager": 1, "object_manager": 2, "agent_listen": 3, "agent_grpc"
          "metrics_export": 6, "client_server": 7}
 WORKER_PORTS = 100  # worker ports per node, from 20000 + 200 * i (on the node's own IP)
 STOP_GRACE_S = 10.0
+SERVE_KEYS_ENV = "ORCHESTRA_API_KEYS"
 
 
 @dataclass
@@ -65,6 +70,9 @@ class LocalCluster:
     gcs_port: int
     dashboard_port: int
     nodes: list[Node] = field(default_factory=list)
+    # the Ray CLI that starts the nodes: its venv's python runs every worker process of the cluster (another venv's,
+    # e.g. make verl-vllm-cpu's, runs the whole cluster under that venv's torch)
+    ray: str = ""
 
     @property
     def head(self) -> Node:
@@ -81,6 +89,10 @@ class LocalCluster:
     @property
     def token_path(self) -> str:
         return str(Path(self.dir) / "auth_token")
+
+    @property
+    def serve_key_path(self) -> str:  # the Serve endpoint's API key when $ORCHESTRA_API_KEYS was not set
+        return str(Path(self.dir) / "serve_api_key")
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -99,8 +111,9 @@ class LocalCluster:
         tmp.replace(path)
 
 
-def plan(dir: Path = DEFAULT_DIR, workers: int = 2, head_ip: str = "127.0.0.11", gcs_port: int = 6390,
-         dashboard_port: int = 8290, head_cpus: int = 8, worker_cpus: int = 8, gpus_per_worker: int = 1) -> LocalCluster:
+def plan(dir: Path | None = None, workers: int = 2, head_ip: str = "127.0.0.11", gcs_port: int = 6390,
+         dashboard_port: int = 8290, head_cpus: int = 8, worker_cpus: int = 8, gpus_per_worker: int = 1,
+         python: str = "") -> LocalCluster:
     """The nodes of a cluster: a head and `workers` worker nodes on consecutive loopback addresses."""
     a, b, c, d = (int(x) for x in head_ip.split("."))
     if a != 127 or d + workers > 254:
@@ -113,11 +126,12 @@ def plan(dir: Path = DEFAULT_DIR, workers: int = 2, head_ip: str = "127.0.0.11",
         nodes.append(Node(name="head" if i == 0 else f"worker-{i}", ip=f"{a}.{b}.{c}.{d + i}", head=i == 0,
                           num_cpus=head_cpus if i == 0 else worker_cpus, num_gpus=0 if i == 0 else gpus_per_worker,
                           resources={TOOLS_RESOURCE: 1.0} if i == 0 else {WORKERS_RESOURCE: 1.0}, ports=ports))
-    return LocalCluster(dir=str(Path(dir).resolve()), temp_dir=f"/tmp/orchestra-ray-{gcs_port}", gcs_port=gcs_port,
-                        dashboard_port=dashboard_port, nodes=nodes)
+    return LocalCluster(dir=str(Path(dir or default_dir()).resolve()), temp_dir=f"/tmp/orchestra-ray-{gcs_port}", gcs_port=gcs_port,
+                        dashboard_port=dashboard_port, nodes=nodes, ray=ray_cli(python))
 
 
-def load(dir: Path = DEFAULT_DIR) -> LocalCluster:
+def load(dir: Path | None = None) -> LocalCluster:
+    dir = dir or default_dir()
     path = Path(dir) / "cluster.json"
     if not path.is_file():
         raise SystemExit(f"no cluster recorded in {dir} (make cluster-up starts one)")
@@ -126,23 +140,27 @@ def load(dir: Path = DEFAULT_DIR) -> LocalCluster:
     return LocalCluster(**data)
 
 
-def token_for(address: str, dir: Path = DEFAULT_DIR) -> str:
-    """The token path of the cluster recorded in `dir` when `address` is its dashboard or GCS address, else ""."""
+def token_for(address: str, dir: Path | None = None) -> str:
+    """The token path of the cluster recorded in `dir` (default_dir()) when `address` is its dashboard or GCS
+    address, else ""."""
     try:
-        c = load(dir)
+        c = load(dir or default_dir())
     except SystemExit:
         return ""
     return c.token_path if address.rstrip("/") in (c.dashboard_url, c.gcs_address) else ""
 
 
-def ray_cli() -> str:
-    found = Path(sys.executable).parent / "ray"  # this venv's Ray, the version the project pins
+def ray_cli(python: str = "") -> str:
+    """The `ray` beside `python` (default: this interpreter's venv, the Ray the project pins)."""
+    found = Path(python or sys.executable).parent / "ray"
+    if python and not found.is_file():
+        raise SystemExit(f"--python {python}: no `ray` beside it ({found})")
     return str(found) if found.is_file() else "ray"
 
 
 def start_args(c: LocalCluster, n: Node) -> list[str]:
     p = n.ports
-    args = [ray_cli(), "start", "--node-ip-address", n.ip, "--num-cpus", str(n.num_cpus), "--num-gpus",
+    args = [c.ray or ray_cli(), "start", "--node-ip-address", n.ip, "--num-cpus", str(n.num_cpus), "--num-gpus",
             str(n.num_gpus), "--resources", json.dumps(n.resources), "--node-manager-port", str(p["node_manager"]),
             "--object-manager-port", str(p["object_manager"]), "--dashboard-agent-listen-port", str(p["agent_listen"]),
             "--dashboard-agent-grpc-port", str(p["agent_grpc"]), "--runtime-env-agent-port",
@@ -157,8 +175,14 @@ def start_args(c: LocalCluster, n: Node) -> list[str]:
 
 
 def node_env(c: LocalCluster) -> dict[str, str]:
-    return {**os.environ, **c.env(), "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    """The nodes' environment: this one's, token auth, offline hubs, and the Serve endpoint's API keys (conf/
+    serve.yaml: keys live in the nodes' environment, never in the app's arguments the dashboard shows)."""
+    env = {**os.environ, **c.env(), "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    key = Path(c.serve_key_path)
+    if not env.get(SERVE_KEYS_ENV) and key.is_file():
+        env[SERVE_KEYS_ENV] = key.read_text().strip()
+    return env
 
 
 def busy_ports(c: LocalCluster, nodes: list[Node]) -> list[str]:
@@ -267,9 +291,12 @@ def up(c: LocalCluster) -> LocalCluster:
     busy = busy_ports(c, c.nodes)
     if busy:
         raise SystemExit("ports in use (another cluster, or pick --gcs-port / --head-ip): " + "; ".join(busy))
-    token = Path(c.token_path)
-    token.write_text(secrets.token_hex(32))
-    token.chmod(0o600)
+    for path, text in ((c.token_path, secrets.token_hex(32)), (c.serve_key_path, secrets.token_urlsafe(32))):
+        if path == c.serve_key_path and os.environ.get(SERVE_KEYS_ENV):
+            continue  # the user's own keys reach the nodes through the environment
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others, not even briefly
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
     c.save()
     for n in c.nodes:
         start_node(c, n)
@@ -307,6 +334,8 @@ def lose(c: LocalCluster, name: str, wait: bool = True) -> dict[str, Any]:
 def describe(c: LocalCluster) -> list[str]:
     lines = [f"RAY_ADDRESS={c.dashboard_url}", f"RAY_AUTH_TOKEN_PATH={c.token_path}",
              f"# GCS address (cluster.address=, ray.init): {c.gcs_address}; dashboard and job server: {c.dashboard_url}"]
+    if Path(c.serve_key_path).is_file():
+        lines.append(f"# the Serve endpoint's API key (the nodes' ${SERVE_KEYS_ENV}): {c.serve_key_path}")
     for n in c.nodes:
         res = ", ".join(f"{k} {v:g}" for k, v in n.resources.items())
         lines.append(f"# node {n.name}: {n.ip}, {n.num_cpus} CPUs, {n.num_gpus} GPUs, {res}, session {n.session}")
@@ -317,22 +346,23 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m cluster.nodes", description=__doc__.splitlines()[0])
     p.add_argument("command", choices=["up", "down", "status", "lose", "start", "env"])
     p.add_argument("node", nargs="?", help="lose / start: the node's name (worker-1, ...)")
-    p.add_argument("--dir", default=str(DEFAULT_DIR))
+    p.add_argument("--dir", default="", help="where the cluster is recorded (default $ORCHESTRA_CLUSTER_DIR or runs/cluster)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--head-ip", default="127.0.0.11")
     p.add_argument("--gcs-port", type=int, default=6390)
     p.add_argument("--dashboard-port", type=int, default=8290)
     p.add_argument("--worker-cpus", type=int, default=8, help="logical CPUs per worker node")
     p.add_argument("--gpus-per-worker", type=int, default=1, help="logical GPUs per worker node")
+    p.add_argument("--python", default="", help="the venv whose Ray runs the nodes (default: this one)")
     a = p.parse_args(argv)
     if a.command == "up":
-        c = up(plan(Path(a.dir), a.workers, a.head_ip, a.gcs_port, a.dashboard_port, worker_cpus=a.worker_cpus,
-                    gpus_per_worker=a.gpus_per_worker))
+        c = up(plan(Path(a.dir) if a.dir else None, a.workers, a.head_ip, a.gcs_port, a.dashboard_port, worker_cpus=a.worker_cpus,
+                    gpus_per_worker=a.gpus_per_worker, python=a.python))
         print("\n".join(describe(c)))
         print(f"# use it: export RAY_ADDRESS={c.dashboard_url} RAY_AUTH_TOKEN_PATH={c.token_path}; "
               "make cluster-down stops it")
         return 0
-    c = load(Path(a.dir))
+    c = load(Path(a.dir) if a.dir else None)
     if a.command == "down":
         print(f"stopped {down(c)} processes of {len(c.nodes)} nodes ({c.dir})")
     elif a.command == "lose":

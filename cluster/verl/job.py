@@ -180,7 +180,9 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
         runtime_env.setdefault("env_vars", {}).update({"TRANSFER_QUEUE_ENABLE": "1", **env})
         address = cluster_address(cfg)
         if address:  # the cluster the job runs in (`ray job submit` sets RAY_ADDRESS), on every platform
-            ray.init(address=address, runtime_env=runtime_env)
+            from cluster.launch import beside_job
+
+            ray.init(address=address, runtime_env=beside_job(runtime_env))
             print(f"attached to the Ray cluster at {address} ({len([n for n in ray.nodes() if n['Alive']])} nodes)")
         elif cfg.verl.platform == "cpu":  # logical GPUs for verl's resource pools, a local cluster of our size
             ray.init(address="local", num_cpus=cfg.verl.cpu_num_cpus, num_gpus=cfg.verl.nnodes * cfg.verl.gpus_per_node,

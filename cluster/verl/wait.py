@@ -22,9 +22,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -155,12 +157,12 @@ NODE_POLL_S = 2.0
 NODE_GRACE_S = 30.0  # after verl raised: how long to wait for Ray to mark a silent node dead (its health checks)
 
 
-def job_nodes(cfg: ExperimentConfig, nodes: list[dict[str, Any]]) -> dict[str, str]:
-    """{node id: IP} of the alive nodes the job runs on: those offering GPUs (verl's ranks and rollout) or a tool
-    resource (the tool servers)."""
+def job_nodes(cfg: ExperimentConfig, nodes: list[dict[str, Any]]) -> dict[str, tuple[str, int]]:
+    """{node id: (IP, raylet port)} of the alive nodes the job runs on: those offering GPUs (verl's ranks and
+    rollout) or a tool resource (the tool servers)."""
     tools = set(cfg.cluster.tool_resources)
-    return {n["NodeID"]: n["NodeManagerAddress"] for n in nodes if n.get("Alive")
-            and (n.get("Resources", {}).get("GPU", 0) > 0 or tools & set(n.get("Resources", {})))}
+    return {n["NodeID"]: (n["NodeManagerAddress"], int(n.get("NodeManagerPort") or 0)) for n in nodes
+            if n.get("Alive") and (n.get("Resources", {}).get("GPU", 0) > 0 or tools & set(n.get("Resources", {})))}
 
 
 def newest_checkpoint(cfg: ExperimentConfig) -> str:
@@ -178,6 +180,18 @@ def lost_line(what: str, lost: dict[str, str], cfg: ExperimentConfig, since_s: f
     return (f"{what}: node {where} was lost {since_s:.0f} s into training (Ray marked it dead); the job ends here "
             f"(exit {NODE_LOST_EXIT}) instead of waiting in a collective. Newest checkpoint: {newest_checkpoint(cfg)}. "
             "Bring the node back (or another with the same resources) and submit the same command again.")
+
+
+def unreachable(address: tuple[str, int], timeout_s: float = 2.0) -> bool:
+    """Whether a node's raylet refuses (or does not answer) a connection: a node just lost, before Ray's health
+    checks (seconds) mark it dead."""
+    if not address[1]:
+        return False
+    try:
+        socket.create_connection(address, timeout=timeout_s).close()
+        return False
+    except OSError:
+        return True
 
 
 def death_error(e: BaseException) -> bool:
@@ -204,8 +218,10 @@ def node_watch(cfg: ExperimentConfig, what: str, nodes: Callable[[], list[dict[s
                poll_s: float = NODE_POLL_S, grace_s: float = NODE_GRACE_S,
                exit: Callable[[int], None] = os._exit):
     """Ends the process (exit NODE_LOST_EXIT, from a thread: the main thread may be blocked in ray.get) once a node of
-    `job_nodes` is dead, printing `lost_line`. When the body raises first (verl saw the dead ranks before Ray marked
-    the node dead), waits up to `grace_s` for the node to be marked and says so before the error goes on."""
+    `job_nodes` is dead, printing `lost_line` last. When the body raises first (verl saw its peer's connection close,
+    or its actor die, before Ray marked the node dead) and a watched node's raylet does not answer (or the error says
+    a worker died), it waits up to `grace_s` for Ray to mark the node dead, then prints the error and `lost_line` and
+    exits the same way; any other error goes on at once."""
     if nodes is None:
         import ray
 
@@ -218,12 +234,12 @@ def node_watch(cfg: ExperimentConfig, what: str, nodes: Callable[[], list[dict[s
             alive = {n["NodeID"] for n in nodes() if n.get("Alive")}
         except Exception:  # the GCS busy or restarting: look again next poll
             return {}
-        return {nid: ip for nid, ip in watched.items() if nid not in alive}
+        return {nid: address[0] for nid, address in watched.items() if nid not in alive}
 
     def loop() -> None:
         while not stop.wait(poll_s):
             gone = lost()
-            if gone:
+            if gone and not stop.is_set():  # the main thread is blocked (a collective waits for the dead peer)
                 print(lost_line(what, gone, cfg, time.monotonic() - start), file=sys.stderr, flush=True)
                 sys.stdout.flush()
                 exit(NODE_LOST_EXIT)
@@ -233,15 +249,19 @@ def node_watch(cfg: ExperimentConfig, what: str, nodes: Callable[[], list[dict[s
     thread.start()
     try:
         yield watched
-    except BaseException as e:
-        deadline = time.monotonic() + (grace_s if death_error(e) else 0.0)
-        while not stop.is_set() and time.monotonic() < deadline:
-            gone = lost()
-            if gone:
-                stop.set()
-                print(lost_line(what, gone, cfg, time.monotonic() - start), file=sys.stderr, flush=True)
-                break
+    except Exception as e:
+        stop.set()  # this path says it from here on: one message, after the error
+        suspect = death_error(e) or any(unreachable(address) for address in watched.values())
+        deadline = time.monotonic() + (grace_s if suspect else 0.0)
+        gone = lost()
+        while not gone and time.monotonic() < deadline:
             time.sleep(poll_s)
-        raise
+            gone = lost()
+        if not gone:
+            raise
+        traceback.print_exception(e)  # what verl raised, then the cause: the job's last lines name it
+        print(lost_line(what, gone, cfg, time.monotonic() - start), file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        exit(NODE_LOST_EXIT)
     finally:
         stop.set()
