@@ -180,7 +180,7 @@ def submit_train(c: nodes.LocalCluster, jobs: Jobs, python: str, run: Path) -> s
     RAY_ADDRESS Ray gives it."""
     import shlex
 
-    from cluster.verl.job import load_runtime_env
+    from cluster.verl.submit import load_runtime_env
 
     env, _ = load_runtime_env()
     env["working_dir"] = str(ROOT)

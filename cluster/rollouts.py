@@ -169,7 +169,7 @@ class Dispatch:
                            f"{len(lost)} episodes ({len(uids)} groups"
                            + (f"; {forgotten.get('scored', 0)} already scored, {forgotten.get('pending', 0)} "
                               "partial, taken back" if forgotten else "")
-                           + ") are played again once it is back with the current weights[/]")
+                           + ") are played again once it is back with the current weights[/]", soft_wrap=True)
         if self.resync is not None:
             self.resync()
 

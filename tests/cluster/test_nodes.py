@@ -26,6 +26,9 @@ def test_the_plan_gives_each_node_an_address_and_ports_of_its_own(tmp_path):
     assert len(set(ports + [6700, 8700])) == len(ports) + 2
     assert not any(p in r for p in ports for r in ranges) and sum(len(r) for r in ranges) == len(set().union(*ranges))
     assert c.gcs_address == "127.0.0.41:6700" and c.dashboard_url == "http://127.0.0.41:8700"
+    # a temp dir per node, as a disk per machine: a worker node's runtime-env agent re-extracts a job's working dir
+    # in its own; in one shared with the head it deleted the submitted driver's cwd under it
+    assert len({n.temp_dir for n in c.nodes}) == 4 and all(n.temp_dir.startswith("/tmp/orchestra-ray-6700") for n in c.nodes)
     args = nodes.start_args(c, head)
     assert args[args.index("--dashboard-host") + 1] == "127.0.0.41" and "--head" in args
     assert nodes.start_args(c, workers[0])[-2:] == ["--address", "127.0.0.41:6700"]

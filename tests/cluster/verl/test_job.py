@@ -14,7 +14,7 @@ import yaml
 
 pytest.importorskip("hydra")
 
-from cluster.verl import job as verl_job, wait as verl_wait  # noqa: E402
+from cluster.verl import job as verl_job, submit as verl_submit, wait as verl_wait  # noqa: E402
 from cluster.verl.config import (  # noqa: E402
     MODES,
     agent_loop_entries,
@@ -24,7 +24,8 @@ from cluster.verl.config import (  # noqa: E402
     validate_verl_config,
     verl_overrides,
 )
-from cluster.verl.job import load_runtime_env, main, prepare_here  # noqa: E402
+from cluster.verl.job import main, prepare_here  # noqa: E402
+from cluster.verl.submit import load_runtime_env  # noqa: E402
 from cluster.verl.stage import stage  # noqa: E402
 from orchestra.config import ConfigError, load_config  # noqa: E402
 
@@ -194,7 +195,7 @@ def test_runtime_env_never_carries_secrets_and_excludes_local_runs():
     assert not_sent == ["TAVILY_API_KEY"] and "TAVILY_API_KEY" not in env["env_vars"]
     assert "tvly-x" not in repr(env) and "secret_env_vars" not in env
     assert {".venv/", ".git/", "runs/"} <= set(env["excludes"])
-    assert "RAY_RUNTIME_ENV_IGNORE_GITIGNORE" not in verl_job.submit_env()
+    assert "RAY_RUNTIME_ENV_IGNORE_GITIGNORE" not in verl_submit.submit_env()
 
 
 def test_stage_writes_what_the_job_reads(tmp_path):
@@ -337,12 +338,12 @@ def test_submit_refuses_without_a_shared_output_dir_and_sends_no_secret(monkeypa
         seen.update(cmd=cmd, cwd=cwd, env=env, runtime_env=json.loads(Path(path).read_text()))
         return 0
 
-    monkeypatch.setattr(verl_job.subprocess, "call", fake_call)
+    monkeypatch.setattr(verl_submit.subprocess, "call", fake_call)
     over = H100 + [f"verl.output_dir={tmp_path}/shared"]
     assert main(over) == 0
     assert "tvly-secret-77" not in json.dumps(seen["runtime_env"]) and "tvly-secret-77" not in " ".join(seen["cmd"])
     assert "TAVILY_API_KEY" in capsys.readouterr().err  # named as left behind
-    assert seen["env"]["RAY_AUTH_MODE"] == "token" and Path(seen["cwd"]) == verl_job.ROOT
+    assert seen["env"]["RAY_AUTH_MODE"] == "token" and Path(seen["cwd"]) == verl_submit.ROOT
     cmd = seen["cmd"]
     assert cmd[1:3] == ["job", "submit"] and cmd[cmd.index("--address") + 1] == "http://head:8265"
     assert cmd[-2:] == [over[-1], "--here"]

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cluster.verl import job as verl_job, placement, wait as verl_wait
+from cluster.verl import job as verl_job, placement, submit as verl_submit, wait as verl_wait
 from orchestra.config import ConfigError, load_config
 
 TWO = ["experiment=verl_cpu_2node"]
@@ -131,12 +131,12 @@ def test_a_cluster_on_this_machine_gets_this_checkout_and_interpreter(monkeypatc
     monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     cfg = load_config(TWO)
-    extra, token = verl_job.this_machine(cfg, c.dashboard_url)
+    extra, token = verl_submit.this_machine(cfg, c.dashboard_url)
     assert extra[0].startswith("verl.output_dir=/") and extra[0].endswith("runs/verl_cpu_2node")
     assert extra[1].startswith("verl.python=") and token == {"RAY_AUTH_TOKEN_PATH": c.token_path}
     assert "a cluster on this machine" in capsys.readouterr().err
-    assert verl_job.this_machine(cfg, "http://10.0.0.5:8265") == ([], {})  # elsewhere nothing is guessed
-    assert verl_job.this_machine(load_config(TWO + ["verl.output_dir=/mnt/x", "verl.python=/p"]),
+    assert verl_submit.this_machine(cfg, "http://10.0.0.5:8265") == ([], {})  # elsewhere nothing is guessed
+    assert verl_submit.this_machine(load_config(TWO + ["verl.output_dir=/mnt/x", "verl.python=/p"]),
                                  "http://127.0.0.99:8265") == ([], {})
 
 
