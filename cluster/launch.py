@@ -44,7 +44,7 @@ def beside_job(env: dict[str, Any]) -> dict[str, Any]:
     import json
 
     job = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}") or "{}")
-    taken = set(((job.get("runtime_env") or {}).get("env_vars") or {}))
+    taken = set((job.get("runtime_env") or {}).get("env_vars") or {})
     return {**env, "env_vars": {k: v for k, v in env.get("env_vars", {}).items() if k not in taken}}
 
 

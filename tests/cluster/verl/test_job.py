@@ -14,7 +14,9 @@ import yaml
 
 pytest.importorskip("hydra")
 
-from cluster.verl import job as verl_job, submit as verl_submit, wait as verl_wait  # noqa: E402
+from cluster.verl import job as verl_job  # noqa: E402
+from cluster.verl import submit as verl_submit
+from cluster.verl import wait as verl_wait
 from cluster.verl.config import (  # noqa: E402
     MODES,
     agent_loop_entries,
@@ -25,8 +27,8 @@ from cluster.verl.config import (  # noqa: E402
     verl_overrides,
 )
 from cluster.verl.job import main, prepare_here  # noqa: E402
-from cluster.verl.submit import load_runtime_env  # noqa: E402
 from cluster.verl.stage import stage  # noqa: E402
+from cluster.verl.submit import load_runtime_env  # noqa: E402
 from orchestra.config import ConfigError, load_config  # noqa: E402
 
 H100 = ["experiment=h100_2x8"]

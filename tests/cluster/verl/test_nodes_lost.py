@@ -11,7 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from cluster.verl import job as verl_job, placement, submit as verl_submit, wait as verl_wait
+from cluster.verl import job as verl_job
+from cluster.verl import placement
+from cluster.verl import submit as verl_submit
+from cluster.verl import wait as verl_wait
 from orchestra.config import ConfigError, load_config
 
 TWO = ["experiment=verl_cpu_2node"]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.verl import job as verl_job, wait as verl_wait
+from cluster.verl import job as verl_job
+from cluster.verl import wait as verl_wait
 from orchestra.config import load_config
 
 H100 = ["experiment=h100_2x8"]
