@@ -7,9 +7,9 @@ token), then what a user with a cluster does, each through Ray's job server:
      setting: the token is found from the cluster's record) trains verl across the two worker nodes (HSDP: one rank
      each); during step 3, after global_step_2 was written, the node of rank 1 is lost (SIGKILL to its raylet and
      workers): the job must end FAILED naming the node and the newest checkpoint; the node comes back; the same
-     command again must resume at step 3, train 3-4 (in colocate_async: a resume may change the trainer mode) with
-     rank 1 reading rank 0's checkpoint on the other node, end SUCCEEDED and merge;
-     with `--vllm`, verl's own vLLM rollout then resumes at step 5 and trains 5-6 on the two nodes;
+     command again must resume at step 3, train 3-4 with rank 1 reading rank 0's checkpoint on the other node, end
+     SUCCEEDED and merge; with `--vllm`, verl's own vLLM replicas (one per node) then resume at step 5 and train 5-6
+     in colocate_async (a resume may change the trainer mode; an async checkpoint cannot be resumed in sync);
   3. `cluster.train experiment=cpu_tiny_nodes` at toy size, submitted as a job: the dashboard in headless Chromium
      (cluster/dashboard.py) shows the job and its named actors; mid-rollout, the node of a rollout worker that does
      not hold the learner is lost: the worker restarts on the other node, its groups are played again, the run ends
@@ -140,7 +140,7 @@ def verl(c: nodes.LocalCluster, jobs: Jobs, python: str, out: Path, vllm: bool) 
     say(f"verl job A: {status} {detect:.1f} s after the loss; names the node and checkpoint: {named}")
     nodes.start_node(c, victim)
     nodes.wait_alive(c, {victim.ip})
-    job_b = launcher(c, python, [*common, "verl.trainer_mode=colocate_async"], out, "verl_b")
+    job_b = launcher(c, python, common, out, "verl_b")  # the same command again
     status_b, took = jobs.wait(job_b, 1200)
     text_b = jobs.save(job_b, out / "verl_b.log")
     steps = sorted({int(s) for s in re.findall(r"step:(\d+) - ", text_b)})
@@ -162,11 +162,12 @@ def verl(c: nodes.LocalCluster, jobs: Jobs, python: str, out: Path, vllm: bool) 
 
 
 def verl_vllm(c: nodes.LocalCluster, jobs: Jobs, python: str, out: Path, run: Path) -> dict:
-    """verl's own vLLM replicas (one per node) resuming from job B's step 4: steps 5 and 6, rollout-vs-actor
-    agreement after each weight sync (bench/verl_cpu.py's figure)."""
+    """verl's own vLLM replicas (one per node) resuming from job B's step 4 in colocate_async: steps 5 and 6,
+    rollout-vs-actor agreement after each weight sync (bench/verl_cpu.py's figure)."""
     from verl_cpu import logprob_diff, step_lines
 
-    job = launcher(c, python, [f"verl.output_dir={run}", "algo.steps=6", "verl.rollout=vllm"], out, "verl_vllm")
+    job = launcher(c, python, [f"verl.output_dir={run}", "algo.steps=6", "verl.rollout=vllm",
+                               "verl.trainer_mode=colocate_async"], out, "verl_vllm")
     status, took = jobs.wait(job, 1500)
     text = jobs.save(job, out / "verl_vllm.log")
     steps = step_lines(text)
@@ -241,7 +242,7 @@ def local(c: nodes.LocalCluster, jobs: Jobs, python: str, out: Path, dashboard: 
     errors = sum(r["reward_actor"]["errors"] for r in train)
     say(f"local run: {status} in {took:.0f} s; steps {[r['step'] for r in train]}, episodes {counted}, errors {errors}")
     lost = 3 * per_step - counted + errors if status == "SUCCEEDED" and len(train) == 3 else float("nan")
-    figures.update(nodes_local_lost_episodes=lost, nodes_local_replayed=int("are played again" in text))
+    figures.update(nodes_local_lost_episodes=lost, nodes_local_replayed=int("are played again" in " ".join(text.split())))
     return figures
 
 

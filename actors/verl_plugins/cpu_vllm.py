@@ -51,7 +51,7 @@ def _keep_weight(dispatch: Any) -> Any:
 
 def install_patches() -> None:
     """Idempotent. linear.py imports the function from the module at each call, so the module attribute is enough.
-    ORCHESTRA_CPU_VLLM_PATCH=off leaves vLLM as shipped: how tests/cluster/verl/test_cpu.py reproduces the hang."""
+    ORCHESTRA_CPU_VLLM_PATCH=off leaves vLLM as shipped: how tests/cluster/verl/test_watchdog.py reproduces the hang."""
     check_version()
     if os.environ.get("ORCHESTRA_CPU_VLLM_PATCH", "on") == "off":
         return

@@ -6,7 +6,7 @@ where `cluster.tool_resources` pinned them."""
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 from orchestra.config import ExperimentConfig
@@ -53,10 +53,12 @@ def lines(cfg: ExperimentConfig, where: dict[str, dict[str, list[str]]], offers:
     pinned = all(wanted <= offers.get(ip, set()) for ip in tools) if wanted else True
     out.append(f"placement: tool servers on {', '.join(sorted(tools)) or 'no node'}"
                + (f" ({'every one on' if pinned else 'NOT all on'} a node offering {sorted(wanted)})" if wanted else ""))
-    for role in ("reward", "verl"):
-        if where.get(role):
-            out.append(f"placement: {role} actors on " + "; ".join(
-                f"{ip}: {len(v)}" for ip, v in sorted(where[role].items())))
+    if where.get("reward"):
+        out.append("placement: the reward actor on " + ", ".join(sorted(where["reward"])))
+    if where.get("verl"):  # verl's own: its task runner, agent-loop and reward-loop workers, storage, rollout servers
+        out.append("placement: verl's other actors on " + "; ".join(
+            f"{ip}: " + ", ".join(f"{n} {c}" if n > 1 else c for c, n in sorted(Counter(v).items()))
+            for ip, v in sorted(where["verl"].items())))
     return out
 
 

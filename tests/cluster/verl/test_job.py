@@ -367,7 +367,7 @@ def test_watchdog_turns_a_silent_wait_into_an_error():
 def test_watchdog_ends_a_run_whose_main_thread_no_signal_reaches():
     """A failed weight sync into vLLM leaves verl's driver blocked in ray.get, where Python runs no signal handler:
     on 64e2e69 the SIGALRM watchdog never fired there (reproduced with verl's vLLM rollout on CPU,
-    tests/cluster/verl/test_cpu.py). Its timer thread ends the run with the same message."""
+    tests/cluster/verl/test_watchdog.py). Its timer thread ends the run with the same message."""
     import subprocess
     import sys
 

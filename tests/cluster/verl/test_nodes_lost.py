@@ -106,6 +106,7 @@ def test_placement_names_the_nodes_of_verls_ranks_and_of_the_tool_servers():
     lines = placement.lines(cfg, where, {"127.0.0.11": {"orchestra_tools", "CPU"}, "127.0.0.12": {"GPU"}})
     assert lines[0] == "placement: verl's ranks on 2 node(s): 127.0.0.12: rank 0; 127.0.0.13: rank 1"
     assert lines[1] == "placement: tool servers on 127.0.0.11 (every one on a node offering ['orchestra_tools'])"
+    assert lines[2] == "placement: verl's other actors on 127.0.0.12: TaskRunnerV1"
     lines = placement.lines(cfg, where, {"127.0.0.11": {"CPU"}})
     assert "NOT all on a node offering" in lines[1]
 

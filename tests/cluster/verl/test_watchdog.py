@@ -1,7 +1,7 @@
 """The hang a failed weight sync into verl's vLLM replicas leaves (verl waits in update_weights for ever), ended by
 the job's watchdog (cluster/verl/wait.py). Needs the venv `make verl-vllm-cpu` builds (ORCHESTRA_VERL_VLLM_PYTHON
 names its python); minutes: marked `verl_cpu`, run by `make test-verl-cpu` (.ci/run), beside
-tests/cluster/verl/test_cpu.py."""
+tests/cluster/verl/test_rl_control.py."""
 
 from __future__ import annotations
 
