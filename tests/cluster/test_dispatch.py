@@ -73,8 +73,20 @@ def test_a_dead_workers_groups_are_forgotten_and_played_again_once_it_is_back(ra
     dying, fast, reward = DyingWorker.remote(), FakeWorker.remote(0.0), FakeReward.remote()
     ray.get([dying.__ray_ready__.remote(), fast.__ray_ready__.remote()])
     synced = []
+
+    def resync() -> None:  # as the trainer's sync_weights(only_stale=True): waits for the restarted worker
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                ray.get(dying.__ray_ready__.remote(), timeout=30)
+                break
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError):
+                assert time.monotonic() < deadline, "the dying worker never came back"
+                time.sleep(0.2)
+        synced.append(1)
+
     reqs = requests(2)  # g0 -> the dying worker, g1 -> the fast one
-    dispatch = Dispatch([dying, fast], reward, 10.0, Console(quiet=True), None, resync=lambda: synced.append(1))
+    dispatch = Dispatch([dying, fast], reward, 10.0, Console(quiet=True), None, resync=resync)
     got = dispatch.run(reqs, {}, score=True)
     assert [r.uid for r in got] == ["g0", "g0", "g1", "g1"]
     assert [r.traj.answer for r in got] == ["again", "again", "done", "done"]  # played by the restarted worker
