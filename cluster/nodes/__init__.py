@@ -12,9 +12,9 @@ cluster. `make cluster-up` / `make cluster-down`; `python -m cluster.nodes up|do
   each machine has its own disk, so nothing of /tmp/ray (another cluster's) is read or replaced.
 - Each node is started in a session of its own (`setsid`), and every process Ray starts for it (raylet, GCS,
   dashboard and its modules, agents, client server, workers) inherits that session id. `down` and `lose` end exactly
-  the processes of the recorded sessions (and their descendants), by id: never `ray stop`, which ends every Ray
-  cluster on the machine. `lose` is a hard loss (SIGKILL: a preempted or crashed machine); `start` brings the node
-  back under the same IP and ports.
+  the processes of the recorded sessions (and their descendants), by id: never Ray's own stop command, which ends
+  every Ray cluster on the machine. `lose` is a hard loss (SIGKILL: a preempted or crashed machine); `start` brings
+  the node back under the same IP and ports.
 The state (addresses, sessions, ports) is `<dir>/cluster.json`; `<dir>` is $ORCHESTRA_CLUSTER_DIR, else runs/cluster.
 The layout is layout.py's, starting and stopping lifecycle.py's, the command line __main__.py's.
 """

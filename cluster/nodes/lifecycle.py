@@ -1,8 +1,8 @@
 """Starting and stopping the nodes of a Ray cluster on one machine (cluster/nodes/): `up` (each node's `ray start` in
-a session of its own), `down` (every process of the recorded sessions and their descendants, by id: never
-`ray stop`, which ends every Ray cluster on the machine), `lose` (a hard loss: SIGKILL to one worker node's processes,
-as a preempted machine) and `start_node` (a node back under its IP and ports), and what the GCS sees (`alive_nodes`,
-`wait_alive`), read through the dashboard's state API with the cluster's token.
+a session of its own), `down` (every process of the recorded sessions and their descendants, by id: never Ray's own
+stop command, which ends every Ray cluster on the machine), `lose` (a hard loss: SIGKILL to one worker node's
+processes, as a preempted machine) and `start_node` (a node back under its IP and ports), and what the GCS sees
+(`alive_nodes`, `wait_alive`), read through the dashboard's state API with the cluster's token.
 """
 
 from __future__ import annotations
