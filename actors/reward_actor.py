@@ -85,6 +85,7 @@ class RewardActor:
                              norm_adv_by_std=norm_adv_by_std, llm=self.llm, f1_threshold=f1_threshold,
                              math_timeout_s=math_timeout_s)
         self._groups: dict[str, _Group] = {}
+        self._scored: dict[str, list[Scored]] = {}  # uid -> its scored group, since the last step report
         self._late: dict[str, int] = {}  # uid -> members still missing from a group scored by its deadline
         self._tasks: set[asyncio.Task] = set()  # keep scoring/timer tasks referenced until they finish
         self._step, self._total = _zero(), _zero()
@@ -178,6 +179,9 @@ class RewardActor:
             scored = [failure_scored(t, group.uid, k.id, self.failure_reward, reason, "error", self.rubric)
                       for t, k in group.members]
         self._record(scored)
+        self._scored[group.uid] = scored  # until the step report: a group played again is counted once (forget)
+        while len(self._scored) > 10_000:  # bounded where no step report comes (the verl path): the oldest go
+            self._scored.pop(next(iter(self._scored)))
         for future, s in zip(group.waiters, scored, strict=True):
             s.by_deadline = by_deadline  # scored without its missing members (the verl path logs it)
             if not future.done():
@@ -198,20 +202,46 @@ class RewardActor:
         self._step[key] += value
         self._total[key] += value
 
-    def _record(self, scored: list[Scored]) -> None:
-        self._count("groups_scored", 1)
-        self._count("groups_dropped", float(bool(scored) and all(s.dropped for s in scored)))
+    def _record(self, scored: list[Scored], sign: float = 1.0) -> None:
+        """Add a scored group to the counters (sign -1: take it back out)."""
+        self._count("groups_scored", sign)
+        self._count("groups_dropped", sign * float(bool(scored) and all(s.dropped for s in scored)))
         for s in scored:
-            self._count("episodes", 1)
-            self._count("correct", float(s.correct))
-            self._count("errors", float(s.status == "error"))
-            self._count("reward", s.reward)
-            self._count("latency_s", s.latency_s)
+            self._count("episodes", sign)
+            self._count("correct", sign * float(s.correct))
+            self._count("errors", sign * float(s.status == "error"))
+            self._count("reward", sign * s.reward)
+            self._count("latency_s", sign * s.latency_s)
             for part, key in (("total_usd", "cost_usd"), ("experts_usd", "experts_usd"),
                               ("tools_usd", "tools_usd"), ("orchestrator_usd", "orchestrator_usd")):
-                self._count(key, s.cost.get(part, 0.0))
+                self._count(key, sign * s.cost.get(part, 0.0))
             for c in (self._step["tools"], self._total["tools"]):
-                c.update(s.tool_counts)
+                if sign > 0:
+                    c.update(s.tool_counts)
+                else:
+                    c.subtract(s.tool_counts)
+                    for k in [k for k, v in c.items() if v <= 0]:
+                        del c[k]
+
+    async def forget(self, uids: list[str]) -> dict[str, int]:
+        """The groups of a rollout worker that died mid-step, about to be played again under the same uids: their
+        partial groups are dropped (their waiters were in the dead worker) and groups already scored this step
+        are taken back out of the counters, so the replay is counted once. Returns what was forgotten."""
+        pending = scored = 0
+        for uid in uids:
+            group = self._groups.pop(uid, None)
+            if group is not None:
+                pending += 1
+                if group.timer is not None:
+                    group.timer.cancel()
+                for future in group.waiters:
+                    if not future.done():
+                        future.cancel()
+            self._late.pop(uid, None)
+            if uid in self._scored:
+                scored += 1
+                self._record(self._scored.pop(uid), sign=-1.0)
+        return {"pending": pending, "scored": scored}
 
     @staticmethod
     def _summary(c: dict[str, Any]) -> dict[str, Any]:
@@ -233,6 +263,7 @@ class RewardActor:
         out = self._summary(self._step)
         out["pending_groups"] = len(self._groups)
         self._step = _zero()
+        self._scored.clear()
         return out
 
     def state(self) -> dict[str, Any]:
@@ -242,6 +273,17 @@ class RewardActor:
         return {"total": plain(self._total), "step": plain(self._step)}
 
     def load_state(self, state: dict[str, Any]) -> None:
+        """Back to a checkpoint's counters. Whatever is still at the barrier belongs to the abandoned present (the
+        step being re-run plays its groups again under the same uids): it is dropped, so nothing joins them."""
+        for group in self._groups.values():
+            if group.timer is not None:
+                group.timer.cancel()
+            for future in group.waiters:
+                if not future.done():
+                    future.cancel()
+        self._groups.clear()
+        self._late.clear()
+        self._scored.clear()
         for key in ("total", "step"):
             src, dst = state.get(key, {}), _zero()
             for k in _COUNTERS:

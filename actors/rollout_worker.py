@@ -63,10 +63,19 @@ def build_engine(model: Any, tokenizer: Any, kind: str, engine_kwargs: dict[str,
     return HFEngine.from_model(model, tokenizer, **engine_kwargs)
 
 
+def named_actor(actor: Any) -> Any:
+    """A handle for an actor given by its name (in this job's namespace); a handle or None as it is."""
+    if isinstance(actor, str):
+        import ray
+
+        return ray.get_actor(actor)
+    return actor
+
+
 class RolloutWorker:
     def __init__(self, *, worker_id: int, model_name: str, model_kwargs: dict[str, Any], engine_kind: str,
                  engine_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], prompter_kwargs: dict[str, Any],
-                 tool_handles: dict[str, Any] | None = None, zoo: dict[str, Any] | None = None,
+                 tool_handles: dict[str, Any] | None = None, zoo: dict[str, Any] | None = None,  # or actor names
                  corpus_path: str = "", tool_timeout_s: float = 60.0, tool_max_in_flight: int = 0,
                  reward_actor: Any = None, torch_threads: int = 0, tau2: dict[str, Any] | None = None):
         from orchestra.engine import eos_token_ids
@@ -82,6 +91,10 @@ class RolloutWorker:
         else:
             model, self.tokenizer = load_policy(model_name, **model_kwargs)
         self.engine = build_engine(model, self.tokenizer, engine_kind, engine_kwargs)
+        # named actors are looked up here, in this process: a handle passed in would make Ray keep this actor's
+        # constructor arguments in the object store, which a restart (e.g. on another node) may not find again
+        tool_handles = {k: named_actor(v) for k, v in (tool_handles or {}).items()}
+        reward_actor = named_actor(reward_actor)
         if tool_handles:
             from actors.tool_client import RayToolClient
 

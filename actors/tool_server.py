@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -66,9 +67,11 @@ class ToolServer:
     def ready(self) -> int:
         return os.getpid()
 
-    def sandbox_verdict(self) -> dict[str, Any] | None:
+    def sandbox_verdict(self, pod_checks: Callable[[], list[str]] | None = None) -> dict[str, Any] | None:
         """The code sandbox as this tool will meet it, probed in this process on this node (the launcher's preflight
-        asks every code tool's server: the driver's host says nothing about another node's). None: no code here."""
+        asks every code tool's server: the driver's host says nothing about another node's). None: no code here.
+        `pod_checks`: the caller's checks of this node (cluster/k8s_preflight.py: what a KubeRay pod needs), run
+        here for the same reason; their lines come back under "pod"."""
         import socket
 
         backend = getattr(self.tool, "backend", None)
@@ -76,7 +79,7 @@ class ToolServer:
         if sandbox is None:
             return None
         return {"host": socket.gethostname(), "shortfall": sandbox.shortfall,
-                "allow_unconfined": bool(sandbox.allow_unconfined)}
+                "allow_unconfined": bool(sandbox.allow_unconfined), "pod": pod_checks() if pod_checks else []}
 
     def schema(self, task: Task | None = None) -> dict[str, Any]:
         return self.tool.schema(task)
@@ -204,13 +207,18 @@ class ToolServer:
         return result
 
 
+def tool_actor_name(name: str, suffix: str = "") -> str:
+    """The Ray name of tool `name`'s server (dashboard: `tool:search`); rollout workers look servers up by it."""
+    return f"tool:{name}{suffix}"
+
+
 def make_tool_server(name: str, zoo_cfg: dict[str, Any], *, num_cpus: float = 0.05, max_concurrency: int = 64,
                      max_restarts: int = 3, namespace: str | None = None, actor_name: str | None = None,
                      queue_limit: int = 1024, resources: dict[str, float] | None = None, **server_kwargs: Any) -> Any:
     """Start a ToolServer actor named `tool:<name>`. Ray's own concurrency is max_concurrency + queue_limit so
     queued calls wait inside the actor, where their queueing time is measured; `resources`: custom Ray resources
     (which nodes may host it); `server_kwargs` go to ToolServer."""
-    opts: dict[str, Any] = dict(name=actor_name or f"tool:{name}", num_cpus=num_cpus, max_restarts=max_restarts,
+    opts: dict[str, Any] = dict(name=actor_name or tool_actor_name(name), num_cpus=num_cpus, max_restarts=max_restarts,
                                 max_task_retries=0, max_concurrency=max_concurrency + queue_limit)
     if resources:
         opts["resources"] = dict(resources)
@@ -236,5 +244,5 @@ def make_tool_servers(zoo_cfg: dict[str, Any], names: list[str] | None = None, *
             max_restarts=server.get("max_restarts", 3), namespace=namespace, timeout_s=server.get("timeout_s", 60.0),
             retries=server.get("retries", 2), backoff_s=server.get("backoff_s", 0.2),
             rate_limit_per_s=server.get("rate_limit_per_s", 0.0), cache_size=server.get("cache_size", 0),
-            ledger=ledger, build_kwargs=build_kwargs, actor_name=f"tool:{name}{name_suffix}", resources=resources)
+            ledger=ledger, build_kwargs=build_kwargs, actor_name=tool_actor_name(name, name_suffix), resources=resources)
     return handles, ledger

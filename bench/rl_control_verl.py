@@ -5,7 +5,7 @@ engine, `verl.rollout=cpuhf`) instead of the local learner: the path `make test-
 Usage: python bench/rl_control_verl.py [seeds=1] [root=runs/rl_control_verl] [KEY=VALUE ...]  (other KEY=VALUEs
 are config overrides for the job, e.g. algo.steps=100)
 
-Per seed: `python -m cluster.verl_job experiment=adaptive_control <VERL_CPU> seed=S run_dir=<root>/vS --here` (its
+Per seed: `python -m cluster.verl.job experiment=adaptive_control <VERL_CPU> seed=S run_dir=<root>/vS --here` (its
 log: <root>/vS.log): the warm start as the job's first stage (<root>/vS/verl/policy), then GRPO paired over
 accuracy-first and balanced, merged into <root>/vS/hf. Both policies are then scored by the local trainer's own
 held-out evaluation (cluster/heldout.py: the same 200 greedy tasks under the three presets as
@@ -48,7 +48,7 @@ VERL_CPU = [f"backend={_TINY['defaults']['backend']}", f"engine.kind={_TINY['eng
             "algo.balance_prefs=false", "eval.presets=[accuracy-first]",
             # 4 tasks x 2 vectors = 8 prompts per step, half the local preset's 8 x 2, and 200 steps, not 300: what
             # fitted the session that measured it (12-24 s per step on 2 cores; docs/quality.md). It was launched
-            # before verl read prompts_per_step as tasks (cluster/verl_config.rows_per_step), as 8 prompts
+            # before verl read prompts_per_step as tasks (cluster/verl/config.rows_per_step), as 8 prompts
             "algo.prompts_per_step=4", "algo.steps=200"]
 
 
@@ -56,7 +56,7 @@ def train(seed: int, run_dir: Path, overrides: list[str]) -> dict[str, float]:
     """The verl job (unless its merged policy exists); {step_s, steps} from its log's step lines."""
     log = run_dir.parent / f"{run_dir.name}.log"
     if not (run_dir / "hf" / "config.json").is_file():
-        cmd = [sys.executable, "-m", "cluster.verl_job", "experiment=adaptive_control", *VERL_CPU, f"seed={seed}",
+        cmd = [sys.executable, "-m", "cluster.verl.job", "experiment=adaptive_control", *VERL_CPU, f"seed={seed}",
                f"run_dir={run_dir.resolve()}", *overrides, "--here"]
         print(f"INFO rl_control_verl: {' '.join(cmd[2:])} (log {log})", flush=True)
         run_dir.parent.mkdir(parents=True, exist_ok=True)

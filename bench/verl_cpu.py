@@ -1,7 +1,7 @@
 """verl 0.9.1's own trainer on CPU, end to end: the proof that the GPU path's code runs (only the CUDA platform,
 NCCL and vLLM stay untested).
 
-Runs `python -m cluster.verl_job experiment=verl_cpu_tiny ... --here` (conf/experiment/verl_cpu_tiny.yaml: the tiny
+Runs `python -m cluster.verl.job experiment=verl_cpu_tiny ... --here` (conf/experiment/verl_cpu_tiny.yaml: the tiny
 Qwen3, FSDP world size 2 over gloo on two logical GPUs, our agent loop, tool-server actors, scalar reward, the warm
 start as stage 1; actors/verl_plugins/cpu_platform.py) in a fresh output dir:
   1. `sync`, 2 GRPO steps, a checkpoint each step;
@@ -15,7 +15,7 @@ verl pins, and the torch it pins), verl's own vLLM rollout (`verl.rollout=vllm`:
 from FSDP into them every step) in one `sync` job that resumes from the cpuhf job's global_step_2 (a copy; or
 `--resume DIR`'s) and runs steps 3 and 4: the resume into vLLM replicas (their first weights are the loaded
 checkpoint's), rollout-vs-actor agreement after every sync, its merged weights served. It keeps the policy the cpuhf
-job warm-started (or `--policy DIR`'s), as a rerun keeps a staged one (cluster/verl_stage.warm_start_stage). A
+job warm-started (or `--policy DIR`'s), as a rerun keeps a staged one (cluster/verl/stage.warm_start_stage). A
 checkpoint's actor shards do not depend on the rollout that trained them, so the vLLM path needs no steps of its own
 before its resume (until 2026-11-29 it ran two jobs: ~4 minutes more). With `--vllm` the cpuhf jobs run in that venv
 too: a checkpoint pickles torch's DTensor layout classes, and one saved by the project venv's torch 2.13 does not load
@@ -59,7 +59,7 @@ DIFF_KEYS = ("rollout_corr/log_ppl_abs_diff", "training/rollout_probs_diff_mean"
 
 def job(out: Path, name: str, overrides: list[str], timeout_s: float = 900, python: str = sys.executable) -> dict:
     """One verl job; its log in out/<name>.log; {rc, wall_s, steps: {n: metrics}, resumed, text}."""
-    cmd = [python, "-m", "cluster.verl_job", "experiment=verl_cpu_tiny", *overrides, "--here"]
+    cmd = [python, "-m", "cluster.verl.job", "experiment=verl_cpu_tiny", *overrides, "--here"]
     start = time.perf_counter()
     log = out / f"{name}.log"
     with log.open("w") as f:
@@ -136,7 +136,7 @@ def logprob_diff(*jobs: dict) -> float:
 
 def reuse_policy(policy: Path | None, sync: Path) -> None:
     """Stage a warm-started policy dir (a sync job's <dir>/verl/policy) for the job in `sync`: its warm start then
-    keeps it (cluster/verl_stage.warm_start_stage reads <stage>/warm_start.json beside it)."""
+    keeps it (cluster/verl/stage.warm_start_stage reads <stage>/warm_start.json beside it)."""
     if policy is None or not (policy / "config.json").is_file() or not (policy.parent / "warm_start.json").is_file():
         return
     stage = sync / "verl"

@@ -25,7 +25,7 @@ def init_ray(cfg: ExperimentConfig) -> str:
     address = cfg.cluster.address or os.environ.get("RAY_ADDRESS", "")
     env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}}
     if address:
-        ray.init(address=address, runtime_env=env, log_to_driver=True)
+        ray.init(address=address, runtime_env=beside_job(env), log_to_driver=True)
         return f"attached to {address}"
     port = {"_metrics_export_port": cfg.cluster.metrics_export_port} if cfg.cluster.metrics_export_port else {}
     # address="local": a new cluster of this run's size even when `ray start` left one running here (plain
@@ -36,6 +36,16 @@ def init_ray(cfg: ExperimentConfig) -> str:
     note = (" beside the Ray cluster `ray start` left running here (cluster.address=auto would use that one)"
             if other_local_cluster() else "")
     return f"local cluster ({ray.cluster_resources().get('CPU', 0):g} CPUs){note}"
+
+
+def beside_job(env: dict[str, Any]) -> dict[str, Any]:
+    """Our runtime_env without what the job this driver runs in already sets: under `ray job submit` Ray merges the
+    job's runtime_env with the driver's and refuses one that names an env var both name."""
+    import json
+
+    job = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}") or "{}")
+    taken = set((job.get("runtime_env") or {}).get("env_vars") or {})
+    return {**env, "env_vars": {k: v for k, v in env.get("env_vars", {}).items() if k not in taken}}
 
 
 def other_local_cluster() -> bool:
@@ -102,6 +112,9 @@ def wait_ready(cfg: ExperimentConfig, refs: list[Any], what: str) -> list[Any]:
                            f"free resources: {ray.available_resources()}") from None
 
 
+REWARD_NAME = "reward"
+
+
 def start_reward_actor(cfg: ExperimentConfig) -> Any:
     from actors.reward_actor import RewardActor
 
@@ -109,7 +122,7 @@ def start_reward_actor(cfg: ExperimentConfig) -> Any:
     # A killed reward actor restarts empty: retrying every call in flight (max_task_retries) makes the waiting
     # `submit`s re-form their groups in the new process, so in-flight groups are re-scored, not lost.
     # Only its metric counters since the last checkpoint are lost.
-    cls = ray.remote(RewardActor).options(name="reward", num_cpus=cfg.cluster.reward_cpus, max_concurrency=1000,
+    cls = ray.remote(RewardActor).options(name=REWARD_NAME, num_cpus=cfg.cluster.reward_cpus, max_concurrency=1000,
                                           max_restarts=cfg.cluster.max_restarts,
                                           max_task_retries=cfg.cluster.max_restarts)
     return cls.remote(**RewardActor.config_kwargs(r, cfg.model, judge_expert(cfg)))
@@ -133,12 +146,13 @@ def start_learner(cfg: ExperimentConfig, name: str = "learner") -> Any:
     from actors.learner import LearnerProcess
 
     cls = ray.remote(LearnerProcess).options(name=name, num_cpus=c.learner_cpus, num_gpus=c.learner_gpus,
-                                             max_restarts=0)
+                                             max_restarts=0, resources=dict(c.worker_resources))
     return cls.remote(cfg)
 
 
 def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], reward: Any) -> list[Any]:
     from actors.rollout_worker import RolloutWorker
+    from actors.tool_server import tool_actor_name
 
     c, e = cfg.cluster, cfg.engine
     if e.kind == "vllm":  # VLLMEngine loads weights from a saved directory and syncs them asynchronously
@@ -147,20 +161,26 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
                           "backend=verl (and `make serve` takes engine.kind=vllm with a checkpoint)")
     workers = []
     for i in range(c.num_rollout_workers):
+        # SPREAD: on a cluster of several nodes one worker per node where they fit, so a lost node takes one
+        # worker's episodes (played again: cluster/rollouts.py), not all of them; one node: no difference
         cls = ray.remote(RolloutWorker).options(name=f"rollout-worker-{i}", num_cpus=c.rollout_worker_cpus,
                                                 num_gpus=c.rollout_worker_gpus, max_restarts=c.max_restarts,
-                                                max_concurrency=1000)
+                                                max_concurrency=1000, resources=dict(c.worker_resources),
+                                                scheduling_strategy="SPREAD")
         workers.append(cls.remote(
             worker_id=i, model_name=cfg.model.name, model_kwargs=model_kwargs(cfg), engine_kind=e.kind,
             engine_kwargs=e.hf_kwargs() if e.kind == "hf" else e.remote_kwargs() if e.kind == "remote" else {
                 "max_batch_size": e.max_batch_size, "batch_wait_ms": e.batch_wait_ms},
-            agent_kwargs=cfg.agent.loop_kwargs(), prompter_kwargs=prompter_kwargs(cfg), tool_handles=tool_handles,
-            torch_threads=cfg.cluster.torch_threads,
+            # by name, not handle: handles in a restartable actor's arguments stay in the object store, where a
+            # restart may not find them (Ray warns); the worker looks the named actors up itself
+            agent_kwargs=cfg.agent.loop_kwargs(), prompter_kwargs=prompter_kwargs(cfg),
+            tool_handles={n: tool_actor_name(n) for n in tool_handles}, torch_threads=cfg.cluster.torch_threads,
             tool_timeout_s=cfg.zoo.server.timeout_s, tool_max_in_flight=cfg.zoo.server.client_max_in_flight,
-            reward_actor=reward,
+            reward_actor=REWARD_NAME if reward is not None else None,
             # τ² tasks run their own in-process tools (call_expert over the zoo's experts) and user simulator
             zoo=zoo_dict(cfg.zoo), tau2=asdict(cfg.tau2)))
-    wait_ready(cfg, [w.ready.remote() for w in workers], "rollout workers")
+    where = f" (cluster.worker_resources={c.worker_resources}: a node must offer them)" if c.worker_resources else ""
+    wait_ready(cfg, [w.ready.remote() for w in workers], "rollout workers" + where)
     return workers
 
 
@@ -195,9 +215,21 @@ def sandbox_line(shortfall: str | None, allow_unconfined: bool, where: str) -> s
 
 def sandbox_preflight_servers(cfg: ExperimentConfig, handles: dict[str, Any]) -> list[str]:
     """The preflight where the code runs: every code tool's server probes its own sandbox, on its own node (a pod
-    may lack what the driver's host has, e.g. Kubernetes' `procMount: Unmasked`). One line per problem."""
+    may lack what the driver's host has, e.g. Kubernetes' `procMount: Unmasked`), and checks what its KubeRay pod
+    needs from the cluster (cluster/k8s_preflight.py; nothing off Kubernetes). One line per problem; a pod's
+    missing preconditions once per host, as errors where its sandbox refuses (they say why), else as warnings."""
+    from cluster.k8s_preflight import check
+
     names = [n for n in CODE_TOOLS if n in handles]
-    verdicts = wait_ready(cfg, [handles[n].sandbox_verdict.remote() for n in names], "the sandbox preflight")
-    lines = [sandbox_line(v["shortfall"], v["allow_unconfined"], f" of tool server {n!r} on {v['host']}")
-             for n, v in zip(names, verdicts, strict=True) if v]
-    return [line for line in lines if line]
+    verdicts = wait_ready(cfg, [handles[n].sandbox_verdict.remote(check) for n in names], "the sandbox preflight")
+    lines, hosts = [], set()
+    for n, v in zip(names, verdicts, strict=True):
+        if not v:
+            continue
+        line = sandbox_line(v["shortfall"], v["allow_unconfined"], f" of tool server {n!r} on {v['host']}")
+        lines += [line] if line else []
+        if v["host"] not in hosts:
+            hosts.add(v["host"])
+            level = "error" if line and line.startswith("error") else "warning"
+            lines += [f"{level}: pod {v['host']}: {problem}" for problem in v.get("pod", [])]
+    return lines

@@ -4,9 +4,10 @@
   slice), so a resumed run sees the same tasks; `step_requests` / `paired_tasks`: a step's groups, one per task
   or, with preference pairing (`data.preference_pairs`), one per (task, vector); `run_order`: every step's tasks in
   a row, the order the verl backend's staged parquet holds, so its step s plays the local step s's groups.
-- `Dispatch`: whole groups spread over the worker actors, `ray.wait` for them, results in request order; a dead
-  worker's episodes become error results (scored with the failure reward when the step is scored), and weight
-  sync from the learner.
+- `Dispatch`: whole groups spread over the worker actors, `ray.wait` for them, results in request order; a worker
+  that dies mid-rollout (its process or its node) has its groups forgotten by the reward actor and played again once
+  it is restarted with the current weights, so no episode is dropped or counted twice; and weight sync from the
+  learner.
 Results come back typed (actors/rollout_worker.EpisodeResult); a step's results become its training samples
 (`training_samples`, advantages balanced per vector) and figures (`step_metrics`, `by_preference`). Which phase
 runs when is cluster/trainer.py's.
@@ -25,7 +26,7 @@ import ray
 from actors.rollout_worker import EpisodeResult
 from orchestra.agent.loop import episode_samples
 from orchestra.preferences import paired_preferences
-from orchestra.types import Task, TrainSample, Trajectory
+from orchestra.types import Task, TrainSample
 from reward.advantages import balance_by_key
 from reward.score import Scored
 
@@ -90,13 +91,22 @@ def run_order(tasks: list[Task], per_step: int, steps: int, pairs: str = "", see
 class Dispatch:
     """Rollouts on the worker actors, and weight sync to them."""
 
-    def __init__(self, workers: list[Any], reward: Any, start_timeout_s: float, console: Any, bars: Any):
+    def __init__(self, workers: list[Any], reward: Any, start_timeout_s: float, console: Any, bars: Any,
+                 resync: Any = None, max_replays: int = 3):
         self.workers, self.reward, self.start_timeout_s = workers, reward, start_timeout_s
         self.console, self.bars = console, bars
+        # after a worker died: wait for the restarted workers and give them the current weights (the trainer's
+        # sync_weights(only_stale=True)); a replay on initial weights would train on another policy's episodes
+        self.resync, self.max_replays = resync, max_replays
+        self.replays = 0  # shards played again over the run (a worker or its node lost mid-rollout)
 
     def run(self, requests: list[dict[str, Any]], sampling: dict[str, Any], score: bool,
             bar: Any = None) -> list[EpisodeResult]:
-        """Spread whole groups over the workers; ray.wait for them; a dead worker's episodes become errors.
+        """Spread whole groups over the workers; ray.wait for them. A worker that dies mid-shard (the process, or
+        its node) takes nothing with it: its groups are forgotten by the reward actor (their partial or scored
+        members), and once Ray has restarted it (on a node that is left) and it holds the current weights, the
+        shard is played again with the same per-episode seeds, so the step trains on every episode exactly once.
+        Past `max_replays` replays in one call the error goes up (the trainer's recovery, or the run ends).
         Results come back in the order of `requests`, not of completion, so that what the learner and the
         records see does not depend on which worker finished first."""
         by_uid: dict[str, list[int]] = {}
@@ -105,33 +115,63 @@ class Dispatch:
         shards: list[list[int]] = [[] for _ in self.workers]
         for i, group in enumerate(by_uid.values()):
             shards[i % len(shards)].extend(group)
-        pending = {w.rollout.remote([requests[i] for i in shard], sampling, score=score): shard
-                   for w, shard in zip(self.workers, shards) if shard}
+        pending = {self.workers[w].rollout.remote([requests[i] for i in shard], sampling, score=score): (w, shard)
+                   for w, shard in enumerate(shards) if shard}
         results: list[EpisodeResult | None] = [None] * len(requests)
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            shard = pending.pop(done[0])
-            try:
-                got = ray.get(done[0])
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
-                self.console.print(f"[red]rollout worker failed ({type(e).__name__}); {len(shard)} episodes "
-                                   "marked as errors with the failure reward[/]")
-                got = self._failed([requests[i] for i in shard], f"rollout worker died: {type(e).__name__}", score)
-            for i, result in zip(shard, got, strict=True):  # a worker answers its shard in order
-                results[i] = result
-            if bar is not None:
-                self.bars.advance(bar, len(shard))
+        replays = 0
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                w, shard = pending.pop(done[0])
+                try:
+                    got = ray.get(done[0])
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                    replays += 1
+                    if replays > self.max_replays:
+                        raise
+                    lost = [requests[i] for i in shard]
+                    self.replay_note(w, lost, e, score)
+                    pending[self.workers[w].rollout.remote(lost, sampling, score=score)] = (w, shard)
+                    continue
+                for i, result in zip(shard, got, strict=True):  # a worker answers its shard in order
+                    results[i] = result
+                if bar is not None:
+                    self.bars.advance(bar, len(shard))
+        except BaseException:
+            self.abandon(list(pending), requests, score)
+            raise
         return [r for r in results if r is not None]
 
-    def _failed(self, shard: list[dict[str, Any]], reason: str, score: bool) -> list[EpisodeResult]:
-        out = [EpisodeResult(Trajectory(task_id=r["task"]["id"], uid=r["uid"], termination="error", error=reason),
-                             r["task"]["id"], r["uid"]) for r in shard]
-        if score:  # submit every member before waiting: a group is answered only once it is complete
-            refs = [self.reward.submit.remote(o.traj.to_dict(), r["task"], r["group_size"])
-                    for o, r in zip(out, shard, strict=True)]
-            for o, scored in zip(out, ray.get(refs), strict=True):
-                o.scored = Scored(**scored)
-        return out
+    def abandon(self, refs: list[Any], requests: list[dict[str, Any]], score: bool) -> None:
+        """The call failed (the learner's node lost during a replay, a worker past its restarts): the shards still
+        running are cancelled and the reward actor forgets the call's groups, so nothing of this attempt joins the
+        groups of the step's re-run (the trainer's recovery plays it again under the same uids). Best effort: the
+        error that ended the call is what the caller sees."""
+        for ref in refs:
+            try:
+                ray.cancel(ref)
+            except Exception:  # already finished, or its worker is gone
+                pass
+        if score and self.reward is not None:
+            try:
+                ray.get(self.reward.forget.remote(sorted({r["uid"] for r in requests})), timeout=30)
+            except Exception:  # the reward actor itself may be the one that died
+                pass
+
+    def replay_note(self, w: int, lost: list[dict[str, Any]], error: Exception, score: bool) -> None:
+        """Before a dead worker's shard is played again: the reward actor forgets its groups, the restarted
+        worker gets the current weights; one line says what was lost and why."""
+        self.replays += 1
+        uids = sorted({r["uid"] for r in lost})
+        why = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
+        forgotten = ray.get(self.reward.forget.remote(uids)) if score and self.reward is not None else {}
+        self.console.print(f"[red]rollout worker {w} died mid-rollout ({type(error).__name__}: {why}); its "
+                           f"{len(lost)} episodes ({len(uids)} groups"
+                           + (f"; {forgotten.get('scored', 0)} already scored, {forgotten.get('pending', 0)} "
+                              "partial, taken back" if forgotten else "")
+                           + ") are played again once it is back with the current weights[/]", soft_wrap=True)
+        if self.resync is not None:
+            self.resync()
 
     def sync_weights(self, learner: Any, only_stale: bool = False, adapter_only: bool = False) -> int:
         """Push the learner's weights to the workers (one object-store object read by all). A worker that is

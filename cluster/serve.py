@@ -5,6 +5,9 @@ starts a local Ray cluster (or attaches to $RAY_ADDRESS), runs the app and print
 then serves until Ctrl-C. Overrides:
   host=127.0.0.1 port=8000           HTTP address (http_options)
   replicas=N num_cpus=X num_gpus=Y   the deployment's replicas and per-replica resources
+  resources={name: amount}           custom Ray resources per replica (which nodes may host one)
+  max_replicas_per_node=1            every replica on a node of its own
+  proxy_location=HeadOnly            one HTTP proxy, on the head (EveryNode: conf/serve.yaml's)
   checkpoint=... experiment=... ...   any actors.serve.api.ServeSettings field (the application args)
   experts=FILE                        the run's experts bound to live OpenAI-compatible endpoints
                                       (actors/serve/binding.py); checked here, before Ray starts
@@ -27,6 +30,7 @@ from actors.serve.api import ServeSettings, settings_from_dict
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "serve.yaml"
 SETTINGS_KEYS = {f.name for f in dataclasses.fields(ServeSettings)}
+PROXY_LOCATIONS = ("EveryNode", "HeadOnly", "Disabled")
 
 
 @dataclasses.dataclass
@@ -36,6 +40,9 @@ class ServePlan:
     args: dict[str, Any]
     http_options: dict[str, Any]
     deployment_options: dict[str, Any]
+    # EveryNode: an HTTP proxy on every node (conf/serve.yaml); HeadOnly: one, on the head (several nodes on one
+    # machine cannot all bind the same host and port)
+    proxy_location: str = "EveryNode"
 
 
 def _parse_value(text: str) -> Any:
@@ -69,6 +76,7 @@ def plan(argv: list[str]) -> ServePlan:
     dep = {k: v for k, v in deployments[0].items() if k != "name"}
     dep["ray_actor_options"] = dict(dep.get("ray_actor_options") or {})
     http = dict(doc.get("http_options") or {})
+    doc_proxy = doc.get("proxy_location", "EveryNode")
     for item in items:
         if item.startswith("config="):
             continue
@@ -83,15 +91,26 @@ def plan(argv: list[str]) -> ServePlan:
             dep["num_replicas"] = int(value)
         elif key in ("num_cpus", "num_gpus"):
             dep["ray_actor_options"][key] = float(value)
+        elif key == "resources":  # custom Ray resources per replica: which nodes may host one
+            if not isinstance(value, dict):
+                raise ValueError(f"resources={raw}: a mapping such as {{orchestra_workers: 0.001}}")
+            dep["ray_actor_options"]["resources"] = {str(k): float(v) for k, v in value.items()}
+        elif key == "max_replicas_per_node":  # 1: every replica on a node of its own (a lost node takes one)
+            dep["max_replicas_per_node"] = int(value)
+        elif key == "proxy_location":
+            if value not in PROXY_LOCATIONS:
+                raise ValueError(f"proxy_location={value!r}: one of {', '.join(PROXY_LOCATIONS)}")
+            doc_proxy = value
         elif key in SETTINGS_KEYS:
             args[key] = value
         elif "." in key:
             args["overrides"].append(item)
         else:
-            raise ValueError(f"unknown key {key!r}; use host, port, replicas, num_cpus, num_gpus, config, "
+            raise ValueError(f"unknown key {key!r}; use host, port, replicas, num_cpus, num_gpus, resources, "
+                             "max_replicas_per_node, proxy_location, config, "
                              f"{', '.join(sorted(SETTINGS_KEYS))}, or a dotted experiment key")
     settings_from_dict(args)  # names a bad application arg before anything starts
-    return ServePlan(app.get("name", "orchestra"), app.get("route_prefix", "/"), args, http, dep)
+    return ServePlan(app.get("name", "orchestra"), app.get("route_prefix", "/"), args, http, dep, doc_proxy)
 
 
 def pick_checkpoint(args: dict[str, Any], explicit: bool) -> None:
@@ -292,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 cfg = bind_experts(cfg, p.args["experts"])
             tool_server_handles(cfg.zoo, list(cfg.zoo.tools))
-        serve.start(http_options=p.http_options)
+        serve.start(http_options=p.http_options, proxy_location=p.proxy_location)
         serve.run(deployment(**p.deployment_options).bind(p.args), name=p.app_name, route_prefix=p.route_prefix)
         host = p.http_options.get("host", "127.0.0.1")
         url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{p.http_options.get('port', 8000)}"

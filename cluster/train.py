@@ -9,7 +9,7 @@ the task set, and then runs, as flat named and timed phases:
             -> (eval) -> checkpoint -> log
   -> final held-out eval, plots, summary.
 A run directory that already holds a good checkpoint is resumed from it (same task order; at most the step
-in flight is lost). `backend=verl` hands over to cluster/verl_job.py.
+in flight is lost). `backend=verl` hands over to cluster/verl/job.py.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         if problem.startswith("error"):
             return 2
     if cfg.backend == "verl":
-        from cluster.verl_job import main as verl_main
+        from cluster.verl.job import main as verl_main
 
         return verl_main(overrides)
     from cluster.trainer import Trainer

@@ -74,7 +74,8 @@ class Trainer:
             self.workers = launch.start_rollout_workers(cfg, self.tools, self.reward)
         self.console.print(f"actors up in {self.phases.times['start actors']:.1f}s: {len(self.workers)} rollout "
                            f"worker(s), tools {sorted(self.tools)}")
-        self.dispatch = Dispatch(self.workers, self.reward, cfg.cluster.start_timeout_s, self.console, self.bars)
+        self.dispatch = Dispatch(self.workers, self.reward, cfg.cluster.start_timeout_s, self.console, self.bars,
+                                 resync=lambda: self.sync_weights(only_stale=True), max_replays=cfg.cluster.max_restarts)
         self.records = EpisodeRecorder(cfg, self.dir, self.tools, self.console)
         self.tracker: Tracker | None = None
 

@@ -103,7 +103,7 @@ def hint_heldout(run_dir: Path, train: list[Task], heldout: list[Task]) -> None:
 
 def warm_start_policy(cfg: Any, tool_handles: dict[str, Any], tasks: list[Task], out_dir: str | Path,
                       console: Any) -> dict[str, float]:
-    """The warm start as the first stage of a verl job (`verl.warm_start=true`, cluster/verl_job.py): a local
+    """The warm start as the first stage of a verl job (`verl.warm_start=true`, cluster/verl/job.py): a local
     learner actor (on `cluster.learner_gpus` devices; LoRA adapters when model.lora.r > 0, merged at the end)
     warm-starts the policy on the job's own tool servers, and the result is written as a plain HF checkpoint (model
     + tokenizer; the learner's optimizer, reference and RNG files left out) that verl's trainer starts from."""

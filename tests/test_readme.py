@@ -228,10 +228,10 @@ def check_demo(argv: list[str]) -> None:
 
 
 def check_verl_job(argv: list[str]) -> None:
-    from cluster.verl_job import FLAGS
+    from cluster.verl.job import FLAGS
 
     flags = [a for a in argv if a.startswith("--")]
-    assert set(flags) <= set(FLAGS), f"cluster.verl_job flags are {FLAGS}: {flags}"
+    assert set(flags) <= set(FLAGS), f"cluster.verl.job flags are {FLAGS}: {flags}"
     load([a for a in argv if a not in FLAGS])
 
 
@@ -253,7 +253,7 @@ def check_pytest(argv: list[str]) -> None:
 
 
 KEY_VALUE_CLIS = {"cluster.train": check_train, "cluster.evaluate": check_evaluate, "cluster.serve": check_serve,
-                  "cluster.demo": check_demo, "cluster.verl_job": check_verl_job, "cluster.synth": check_synth,
+                  "cluster.demo": check_demo, "cluster.verl.job": check_verl_job, "cluster.synth": check_synth,
                   "tools.mcp": load, "pytest": check_pytest, "cluster.vllm_server": check_vllm_server}
 
 

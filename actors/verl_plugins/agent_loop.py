@@ -1,7 +1,7 @@
 """Our agent loop inside verl 0.9.1's trainer: an `AgentLoopBase` registered as "orchestra".
 
 verl instantiates this class once per episode (rollout session) in its AgentLoopWorker processes (found through
-the agent-loop yaml that cluster/verl_stage.py writes: `_target_: actors.verl_plugins.agent_loop.OrchestraAgentLoop`).
+the agent-loop yaml that cluster/verl/stage.py writes: `_target_: actors.verl_plugins.agent_loop.OrchestraAgentLoop`).
 `run` plays one episode with orchestra.agent.loop.AgentLoop:
 - engine: `ServerEngine`, an adapter over verl's token-in/token-out `LLMServerClient.generate(request_id,
   prompt_ids=..., sampling_params=...)` (one sticky request id per episode, so vLLM's prefix cache hits);
@@ -35,7 +35,7 @@ without its deadline; in the legacy AgentLoopWorker all rows of a batch (repeate
 asyncio.gather per worker. The RewardActor's group deadline remains the backstop for a crashed session.
 
 Left to others: tool behaviour (tools/, actors/tool_server.py), scoring (reward/, actors/reward_actor.py), the
-named actors and verl's config (cluster/verl_job.py).
+named actors and verl's config (cluster/verl/job.py).
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def load_experiment(overrides: tuple[str, ...]) -> Any:
 @functools.lru_cache(maxsize=8)
 def ray_clients(tool_names: tuple[str, ...], timeout_s: float, namespace: str | None = None,
                 grouped: bool = True) -> tuple[Any, Any]:
-    """(tool client, reward client or None) over the named actors that cluster/verl_job.py started (`tool:<name>`,
+    """(tool client, reward client or None) over the named actors that cluster/verl/job.py started (`tool:<name>`,
     and `reward` for grouped rubrics only: the scalar rubric scores in verl's reward function, and no `reward`
     actor exists then); the job's namespace unless one is given. Cached: the tool client's schema cache is shared."""
     import ray
@@ -203,7 +203,7 @@ def episode_outputs(traj: Trajectory, extra: dict[str, Any], *, prompt_len: int,
 
 class OrchestraAgentLoop(AgentLoopBase):
     """verl AgentLoopBase running orchestra's AgentLoop. Extra constructor arguments come from the agent-loop
-    yaml (cluster/verl_stage.py): `orchestra_overrides` (our config), and for tests `tool_client` /
+    yaml (cluster/verl/stage.py): `orchestra_overrides` (our config), and for tests `tool_client` /
     `reward_client` (objects with the ToolClient protocol / an async `submit`); `actor_namespace` names the Ray
     namespace of the `tool:<name>` / `reward` actors when it is not the job's own."""
 
@@ -254,7 +254,7 @@ class OrchestraAgentLoop(AgentLoopBase):
         prompter = Prompter(self.tokenizer, **{**a.prompter_kwargs(), "max_observation_chars": min(
             a.max_observation_chars, cfg.verl.max_tool_response_chars)})
         # The episode's budget per sequence: agent.max_context_tokens, within prompt_length (the launcher sets it to
-        # that budget capped at the model's positions: cluster/verl_config.context_lengths). So a reprompt turn's
+        # that budget capped at the model's positions: cluster/verl/config.context_lengths). So a reprompt turn's
         # prompt always fits prompt_length and `_output` never cuts its head (the system turn) off.
         ctx_tokens = min(a.max_context_tokens, self.prompt_len)
         loop = AgentLoop.from_config(a, engine, tools, prompter, eos_token_ids=self._eos_ids(),

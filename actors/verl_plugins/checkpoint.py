@@ -10,7 +10,7 @@ collective) and skip the write. On load, a rank of replica k reads the file of t
 fsdp coordinate, ddp 0), and its DTensors are re-homed on its own mesh: a pickled DeviceMesh carries the writer's
 rank and process-group names. The extra state (lr scheduler, RNG) stays per rank: a few KB each.
 FSDP2 (`strategy=fsdp2`: DTensor optimizer state too) and a one-replica mesh are left as verl writes them.
-Loaded into every verl process by VERL_USE_EXTERNAL_MODULES (verl/__init__.py:49; cluster/verl_job.py sets it).
+Loaded into every verl process by VERL_USE_EXTERNAL_MODULES (verl/__init__.py:49; cluster/verl/job.py sets it).
 """
 
 from __future__ import annotations
@@ -61,9 +61,14 @@ class ReplicaFiles:
 
     def save(self, obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
         layout = getattr(_scope, "layout", None)
-        if layout and layout["replica"] > 0 and isinstance(f, str) and SHARD_FILE.match(os.path.basename(f)):
+        shard = isinstance(f, str) and SHARD_FILE.match(os.path.basename(f))
+        if layout and layout["replica"] > 0 and shard:
+            say(f"left {os.path.basename(f)} to rank {layout['writer']} (the same shard)")
             return None  # replica 0's rank of this fsdp coordinate writes the same bytes
-        return self._real.save(obj, f, *args, **kwargs)
+        out = self._real.save(obj, f, *args, **kwargs)
+        if layout and shard:
+            say(f"wrote {f}")
+        return out
 
     def load(self, f: Any, *args: Any, **kwargs: Any) -> Any:
         layout = getattr(_scope, "layout", None)
@@ -71,9 +76,27 @@ class ReplicaFiles:
         if not found or layout["replica"] == 0:
             return self._real.load(f, *args, **kwargs)
         kind, world = found.group(1), found.group(2)
-        obj = self._real.load(os.path.join(os.path.dirname(f), f"{kind}_world_size_{world}_rank_{layout['writer']}.pt"),
-                              *args, **kwargs)
+        path = os.path.join(os.path.dirname(f), f"{kind}_world_size_{world}_rank_{layout['writer']}.pt")
+        say(f"read {path} (written by rank {layout['writer']}, replica 0)")
+        obj = self._real.load(path, *args, **kwargs)
         return rehome(obj, layout["mesh"]) if kind == "model" else obj
+
+
+def say(what: str) -> None:
+    """One line per shard file a rank writes, leaves or reads, with its rank and node: under HSDP across nodes, the
+    job's log shows each file written once and read on resume by the other node's rank (docs/cluster.md)."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    try:
+        import ray
+
+        node = ray.util.get_node_ip_address()
+    except Exception:  # outside a Ray worker (a unit test's gloo ranks)
+        import socket
+
+        node = socket.gethostname()
+    print(f"orchestra checkpoint: rank {rank} on {node} {what}", flush=True)
 
 
 def _scoped(method: Any) -> Any:

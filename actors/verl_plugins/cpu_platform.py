@@ -2,7 +2,7 @@
 
 Loaded into every verl process by `VERL_USE_EXTERNAL_MODULES=actors.verl_plugins.cpu_platform` (verl/__init__.py:49
 imports it once verl itself is importable) with `VERL_PLATFORM=cpu` (platform_manager._detect_platform_name); the
-verl launcher sets both in the Ray runtime_env when `verl.platform=cpu` (cluster/verl_job.py). It also registers the
+verl launcher sets both in the Ray runtime_env when `verl.platform=cpu` (cluster/verl/job.py). It also registers the
 `cpuhf` rollout (actors/verl_plugins/cpu_rollout.py), so one env var brings the whole CPU path; in processes of
 verl's own vLLM rollout (`verl.rollout=vllm`) it also loads actors/verl_plugins/cpu_vllm.py.
 

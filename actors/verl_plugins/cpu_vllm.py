@@ -28,7 +28,7 @@ VLLM_VERSION = "0.24.0"  # the version the patch was written against (verl 0.9.1
 def rollout_env() -> dict[str, str]:
     """Env vars of vLLM's engine processes on a CPU (the platform's rollout_env_vars hook): no pinning of OpenMP
     threads to cores (vLLM binds its threads to whole cores by default, which 2-core CI hosts and several replicas
-    per host do not have). The KV cache's size is an engine argument (cluster/verl_config.py)."""
+    per host do not have). The KV cache's size is an engine argument (cluster/verl/config.py)."""
     return {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
@@ -51,7 +51,7 @@ def _keep_weight(dispatch: Any) -> Any:
 
 def install_patches() -> None:
     """Idempotent. linear.py imports the function from the module at each call, so the module attribute is enough.
-    ORCHESTRA_CPU_VLLM_PATCH=off leaves vLLM as shipped: how tests/cluster/test_verl_cpu.py reproduces the hang."""
+    ORCHESTRA_CPU_VLLM_PATCH=off leaves vLLM as shipped: how tests/cluster/verl/test_watchdog.py reproduces the hang."""
     check_version()
     if os.environ.get("ORCHESTRA_CPU_VLLM_PATCH", "on") == "off":
         return

@@ -11,7 +11,7 @@ torch fills every one of them from `distributed_c10d._get_default_timeout(backen
 `actor_rollout_ref.nccl_timeout` is read only by the critic's config (verl/workers/config/critic.py:173). So this
 module replaces `_get_default_timeout`, the one function all of them ask: a group created without a timeout gets
 ORCHESTRA_PG_TIMEOUT_S; an explicit timeout is left as given. Loaded into every verl process by
-`VERL_USE_EXTERNAL_MODULES` (verl/__init__.py:49; cluster/verl_job.py sets it with ORCHESTRA_PG_TIMEOUT_S).
+`VERL_USE_EXTERNAL_MODULES` (verl/__init__.py:49; cluster/verl/job.py sets it with ORCHESTRA_PG_TIMEOUT_S).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ they are a fixed set of floats (every episode must report the same keys).
 The numbers are the local backend's: the same judge choice and gold aliases as reward/score.py, the same
 `reward.rubric.scalar_reward`, and an errored episode gets `failure_reward` without being judged.
 `reward_kwargs` carries `orchestra_overrides` (our config: judges, scales, failure reward) — set by
-cluster/verl_job.py. The `toolorchestra` group rubric does not come through here (the agent loop awaits the
+cluster/verl/job.py. The `toolorchestra` group rubric does not come through here (the agent loop awaits the
 RewardActor instead).
 """
 

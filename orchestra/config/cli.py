@@ -1,6 +1,6 @@
 """The one command-line grammar of the project's jobs: `key=value` items and a few `--flags`.
 
-`python -m cluster.train`, `cluster.evaluate`, `cluster.serve`, `cluster.demo`, `cluster.synth`, `cluster.verl_job`
+`python -m cluster.train`, `cluster.evaluate`, `cluster.serve`, `cluster.demo`, `cluster.synth`, `cluster.verl.job`
 and `cluster.vllm_server` (and so every `make` target's ARGS) split their arguments here: keys an entry point owns
 (`checkpoint=`, `n=`, `port=` ...) go to it, every other `key=value` is a config override for load_config (dotted
 keys, group presets, `experiment=`), and anything else is an error naming the argument and what is accepted. The

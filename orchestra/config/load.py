@@ -4,7 +4,8 @@ Composition (a small Hydra-like scheme on OmegaConf structured configs):
   1. start from the dataclass defaults;
   2. `conf/experiment/<name>.yaml` names its group presets in `defaults:` (model, zoo, reward, backend);
      each group file `conf/<group>/<preset>.yaml` is merged into its section (backend files at top level);
-  3. the experiment file's own keys are merged;
+     `defaults: {experiment: <other>}` builds on another experiment: its groups and keys first;
+  3. the experiment file's own keys are merged (a base experiment's first);
   4. CLI `key=value` dotlists are merged last; `model=smollm2` (a bare preset name for a group) swaps that
      group's file in before step 3.
 A preset may also be a path to a YAML file anywhere (`experiment=runs/data/mylog/experiment.yaml`,
@@ -73,6 +74,32 @@ def _group_file(group: str, preset: str, conf_dir: Path, base: Path | None = Non
     return path
 
 
+def _experiment_layers(experiment: str, conf_dir: Path, base: Path | None = None,
+                       seen: tuple[Path, ...] = ()) -> list[tuple[Path, dict[str, Any], dict[str, Any]]]:
+    """(file, keys, group presets) of an experiment and of the experiment it builds on, base first. An experiment
+    may name another in its `defaults:` (`experiment: verl_cpu_tiny`): that one's groups and keys come first, its
+    own on top (a preset that varies one thing says only that thing)."""
+    path = _group_file("experiment", experiment, conf_dir, base)
+    if path in seen:
+        raise ConfigError(f"{path}: 'defaults.experiment' builds on itself ({' -> '.join(str(p) for p in seen)})")
+    body = _read_yaml(path)
+    # a preset's runs under its own name: else runs/cpu_tiny would collect every path preset's runs, and a preset
+    # built on another would write into that one's run dir
+    body.setdefault("name", path.stem)
+    defaults = body.pop("defaults", {}) or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{path}: 'defaults' must be a mapping of group -> preset")
+    for group in defaults:
+        if group not in (*GROUPS, "experiment"):
+            raise ConfigError(f"{path}: bad key 'defaults.{group}': groups are {GROUPS} (and experiment)")
+    parent = defaults.pop("experiment", None)
+    # a group path in a file's `defaults:` is relative to that file
+    defaults = {g: str((path.parent / v).resolve()) if is_preset_path(str(v)) and not Path(str(v)).is_absolute()
+                else v for g, v in defaults.items()}
+    below = _experiment_layers(str(parent), conf_dir, path.parent, (*seen, path)) if parent else []
+    return [*below, (path, body, defaults)]
+
+
 def load_config(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> ExperimentConfig:
     """Compose an ExperimentConfig from conf/ and `key=value` overrides (see module docstring)."""
     overrides = list(overrides or [])
@@ -90,16 +117,11 @@ def load_config(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -
         else:
             dotlist.append(item)
 
-    exp_path = _group_file("experiment", experiment, conf_dir)
-    body = _read_yaml(exp_path)
-    if is_preset_path(experiment):
-        body.setdefault("name", exp_path.stem)  # else runs/cpu_tiny would collect every path preset's runs
-    defaults = body.pop("defaults", {}) or {}
-    if not isinstance(defaults, dict):
-        raise ConfigError(f"{exp_path}: 'defaults' must be a mapping of group -> preset")
-    for group in defaults:
-        if group not in GROUPS:
-            raise ConfigError(f"{exp_path}: bad key 'defaults.{group}': groups are {GROUPS}")
+    layers = _experiment_layers(experiment, conf_dir)
+    exp_path = layers[-1][0]
+    defaults: dict[str, Any] = {}
+    for _, _, layer_defaults in layers:
+        defaults.update(layer_defaults)
     defaults = {**defaults, **chosen}
 
     cfg = OmegaConf.structured(ExperimentConfig)
@@ -111,7 +133,8 @@ def load_config(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -
         path = _group_file(group, str(defaults[group]), conf_dir, base)
         data = _read_yaml(path)
         cfg = _merge(cfg, data if group == "backend" else {group: data}, str(path))
-    cfg = _merge(cfg, body, str(exp_path))
+    for path, body, _ in layers:  # the base experiment first, its own keys then this one's
+        cfg = _merge(cfg, body, str(path))
     if dotlist:
         try:
             cli = OmegaConf.from_dotlist(dotlist)

@@ -21,6 +21,9 @@ class ClusterConfig:
     # custom Ray resources each tool server of a training or verl job asks for: pins them to the nodes that offer
     # them (the pods or hosts whose code sandbox can run: cluster/kuberay/rayjob.yaml's `tools` group); {}: anywhere
     tool_resources: dict[str, float] = field(default_factory=dict)
+    # custom Ray resources the rollout workers and the learner ask for: pins them to the nodes that offer them (a
+    # cluster's worker nodes: `make cluster-up` gives them orchestra_workers); {}: anywhere
+    worker_resources: dict[str, float] = field(default_factory=dict)
     torch_threads: int = 0  # threads per learner / rollout process; 0: Ray's default (its num_cpus, at least 1)
     metrics_export_port: int = 0  # local cluster: the Prometheus export port (dashboard metrics); 0: Ray picks
 

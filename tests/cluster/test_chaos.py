@@ -9,8 +9,8 @@ hang= recover_s=` for the summary printed by tests/conftest.py.
 
 What recovery means per kind (cluster/launch.py sets the restarts):
 - tool server: restarts (max_restarts); calls in flight come back as error results the model sees.
-- rollout worker: restarts; the episodes it held become errors with the failure reward (cluster/trainer.py),
-  and the next sync gives the restarted worker the current policy.
+- rollout worker: restarts; once it holds the current policy again, the groups it held are played again (the reward
+  actor forgets their members first: cluster/rollouts.Dispatch), so none becomes an error or counts twice.
 - reward actor: restarts, and every call in flight is retried (max_task_retries), so the `submit`s waiting at
   its barrier re-form their groups in the new process and are scored; only its metric counters since the
   last checkpoint are lost.
@@ -271,7 +271,7 @@ def test_tool_server_killed_under_a_step(trainer, chaos_record):
 def test_rollout_worker_killed_under_a_step(trainer, chaos_record):
     out = chaos_step(trainer, lambda t: t.workers[0], serves("ready"))
     settle(out, "rollout_worker", chaos_record)
-    assert out["attempts"] == 1 and set(out["statuses"]) == {"error"}  # its episodes: failure reward
+    assert out["attempts"] == 1 and set(out["statuses"]) <= {"scored"}  # its episodes played again, none failed
     assert wait_restarted(trainer.workers[0]) == 0
     assert ray.get(trainer.workers[0].ready_version.remote()) == ray.get(trainer.learner.version.remote())
 

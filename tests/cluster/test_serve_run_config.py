@@ -54,3 +54,17 @@ def test_a_gpu_config_gets_a_gpu_per_replica(tmp_path):
     assert p.deployment_options["ray_actor_options"]["num_gpus"] == 1.0
     served = load_config([f"experiment={p.args['experiment']}"])
     assert (served.engine.kind, served.model.dtype, served.agent.max_turns) == ("vllm", "bfloat16", 30)
+
+
+def test_replicas_on_nodes_of_their_own_behind_one_proxy():
+    """Serve across the nodes of a cluster (bench/serve_nodes.py): replicas pinned to the worker nodes, one per
+    node, one HTTP proxy on the head (several nodes on one machine cannot all bind one port)."""
+    p = plan(["replicas=2", "max_replicas_per_node=1", "resources={orchestra_workers: 0.001}",
+              "proxy_location=HeadOnly"])
+    assert p.deployment_options["num_replicas"] == 2 and p.deployment_options["max_replicas_per_node"] == 1
+    assert p.deployment_options["ray_actor_options"]["resources"] == {"orchestra_workers": 0.001}
+    assert p.proxy_location == "HeadOnly" and plan([]).proxy_location == "EveryNode"
+    with pytest.raises(ValueError, match="proxy_location"):
+        plan(["proxy_location=Somewhere"])
+    with pytest.raises(ValueError, match="resources=3"):
+        plan(["resources=3"])

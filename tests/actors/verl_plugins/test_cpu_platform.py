@@ -1,7 +1,7 @@
 """The CPU platform plugin for verl (actors/verl_plugins/cpu_platform.py, cpu_rollout.py): it registers with verl's
 own plugin points, and its line-by-line patches refuse any verl but the one they were written against. Each check
 runs in a fresh interpreter: the patches are process-wide by design (verl's workers load the module at start-up).
-The end-to-end run of verl's trainer through it is tests/cluster/test_verl_cpu.py."""
+The end-to-end runs of verl's trainer through it: tests/bench/test_nodes.py (two nodes), verl/test_rl_control.py."""
 
 from __future__ import annotations
 

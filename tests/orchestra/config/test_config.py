@@ -175,3 +175,21 @@ def test_verl_refuses_what_its_warm_start_and_trainer_do_not_do():
     with pytest.raises(ConfigError, match=r"^algo\.val_share"):
         load_config(["experiment=h100_2x8", "algo.val_share=0.1"])
     assert load_config(["experiment=cpu_tiny", "sft.until_follows=true", "algo.val_share=0.1"]).backend == "local"
+
+
+def test_a_preset_builds_on_another_and_says_only_what_differs(tmp_path: Path):
+    """`defaults: {experiment: <other>}`: the other's groups and keys first, its own on top; its runs under its own
+    name (verl_cpu_2node is verl_cpu_tiny across two nodes; cpu_tiny_nodes is cpu_tiny pinned to a cluster's nodes)."""
+    two, one = load_config(["experiment=verl_cpu_2node"]), load_config(["experiment=verl_cpu_tiny"])
+    assert (two.verl.nnodes, two.verl.gpus_per_node, one.verl.nnodes) == (2, 1, 1)
+    assert two.sft == one.sft and two.data == one.data and two.model == one.model  # the rest is verl_cpu_tiny's
+    assert two.name == "verl_cpu_2node" and two.run_dir == "runs/verl_cpu_2node"
+    nodes = load_config(["experiment=cpu_tiny_nodes"])
+    assert nodes.cluster.worker_resources == {"orchestra_workers": 0.001} and nodes.algo == load_config([]).algo
+    (tmp_path / "base.yaml").write_text("defaults: {model: tiny, experiment: child.yaml}\nname: base\n")
+    (tmp_path / "child.yaml").write_text("defaults: {experiment: base.yaml}\n")
+    with pytest.raises(ConfigError, match="builds on itself"):
+        load_config([f"experiment={tmp_path / 'child.yaml'}"])
+    (tmp_path / "leaf.yaml").write_text("defaults: {experiment: cpu_tiny}\nalgo: {steps: 3}\n")
+    leaf = load_config([f"experiment={tmp_path / 'leaf.yaml'}"])
+    assert leaf.name == "leaf" and leaf.algo.steps == 3 and leaf.data.n_train == load_config([]).data.n_train

@@ -1,44 +1,34 @@
-"""verl backend launcher: `python -m cluster.verl_job experiment=h100_2x8 [key=value ...] [--dry-run | --here]`.
+"""verl backend launcher: `python -m cluster.verl.job experiment=h100_2x8 [key=value ...] [--dry-run | --here]`.
 
-- (default) submits the job with `ray job submit` to $RAY_ADDRESS (RAY_AUTH_MODE=token: Ray 2.60 keeps token
-  auth on and its CLI needs it), working dir = this project without `runs/` (never /tmp: Ray's /tmp/ray would shadow
-  it), the entrypoint being this module with `--here` run by the cluster venv's python (`verl.python`). The job
-  needs `verl.output_dir`: an absolute directory every node shares.
+- (default) submits the job with `ray job submit` to $RAY_ADDRESS (cluster/verl/submit.py: the working dir, the
+  runtime_env without secrets, what a cluster on this machine shares with the submitter).
 - `--here`: runs verl's entry point in this process, as `python -m verl.trainer.main_ppo` would (compose,
   auto_set_device, validate_config, run_ppo with the V1 TaskRunner), after downloading an HF policy once into the
-  shared storage and staging the task files under `<verl.output_dir>/verl/` (`stage`), waiting for the GPU and
-  tool nodes to join (cluster/verl_wait.py), checking the code sandbox, and starting our named actors (`tool:<name>` tool
-  servers, `search` on the staged corpus, and the `reward` RewardActor for grouped rubrics), whose handles it holds
-  for the job's lifetime (a named actor without a handle is garbage-collected). `verl.platform=cpu` runs the same
-  trainer on CPU through verl's plugin points (actors/verl_plugins/cpu_platform.py): how CI proves this path.
+  shared storage and staging the task files under `<verl.output_dir>/verl/` (`stage`). It joins the Ray cluster it
+  runs in (`cluster.address`, or the RAY_ADDRESS Ray gives a submitted job; one of its own only without either),
+  waits for the GPU and tool nodes to join (cluster/verl/wait.py), checks the code sandbox, and starts our named
+  actors (`tool:<name>` tool servers, `search` on the staged corpus, and the `reward` RewardActor for grouped
+  rubrics), whose handles it holds for the job's lifetime (a named actor without a handle is garbage-collected).
+  During training a lost node ends the job naming it and the newest checkpoint (`node_watch`); after it, where the
+  ranks and tool servers ran is said (cluster/verl/placement.py). `verl.platform=cpu` runs the same trainer on CPU
+  through verl's plugin points (actors/verl_plugins/cpu_platform.py): how CI proves this path.
 - `--dry-run`: prints the resolved verl config and the `ray job submit` command; touches no cluster.
-The config translation is cluster/verl_config.py; the plan it prints (updates, padding, checkpoint bytes, the
-resumed step) cluster/verl_plan.py's; the files the job stages and exports (`stage`, the
-warm-started policy, the merged HF dir) are cluster/verl_stage.py's. Secrets never travel in the job's
-runtime_env (Ray's job table shows it to every token holder): nodes get them from their own environment
-(cluster/ray-cluster.yaml's env file, the KubeRay Secret), and the launcher only names the ones set here that
-will not be sent.
+The config translation is cluster/verl/config.py; the plan it prints (updates, padding, checkpoint bytes, the
+resumed step) cluster/verl/plan.py's; the files the job stages and exports (`stage`, the warm-started policy, the
+merged HF dir) are cluster/verl/stage.py's.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
-import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from cluster.verl_config import (
+from cluster.verl.config import (
     CPU_PLUGIN,
     ROOT,
-    agent_loop_entries,
     compose,
     group_deadline_s,
     output_dir,
@@ -47,44 +37,19 @@ from cluster.verl_config import (
     validate_verl_config,
     verl_overrides,
 )
-from cluster.verl_plan import check_cadence, checkpoint_line, resume_plan, updates_line
-from cluster.verl_stage import export_hf, stage, warm_start_stage
-from cluster.verl_wait import fetch_policy, wait_for_nodes, watchdog
+from cluster.verl.placement import print_placement
+from cluster.verl.plan import check_cadence, checkpoint_line, resume_plan, updates_line
+from cluster.verl.stage import export_hf, stage, warm_start_stage
+from cluster.verl.submit import dry_run, submit
+from cluster.verl.wait import fetch_policy, node_watch, wait_for_nodes, watchdog
 from orchestra.config import ConfigError, ExperimentConfig, load_config
 from orchestra.config.cli import parse_cli
 from reward.rubric import rubric_of
 
-RUNTIME_ENV = ROOT / "cluster" / "runtime_env.yaml"
 PG_PLUGIN = "actors.verl_plugins.process_group"
 PG_TIMEOUT_ENV = "ORCHESTRA_PG_TIMEOUT_S"  # read by PG_PLUGIN
 CKPT_PLUGIN = "actors.verl_plugins.checkpoint"  # one HSDP replica group writes the checkpoint's shards
 FLAGS = ("--dry-run", "--here")
-
-
-def load_runtime_env(path: Path = RUNTIME_ENV, environ: dict[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """(Ray runtime_env, names of secrets set here that the job will NOT carry). `secret_env_vars` (ours, not
-    Ray's) names the keys nodes must hold in their own environment."""
-    environ = os.environ if environ is None else environ
-    env = yaml.safe_load(path.read_text()) or {}
-    names = env.pop("secret_env_vars", []) or []
-    env["env_vars"] = {str(k): str(v) for k, v in (env.get("env_vars") or {}).items()}
-    return env, [n for n in names if environ.get(n)]
-
-
-def submission_id(cfg: ExperimentConfig) -> str:
-    return f"orchestra-{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def submit_command(cfg: ExperimentConfig, orchestra_overrides: list[str], runtime_env_file: str,
-                   job_id: str) -> list[str]:
-    entry = [cfg.verl.python, "-m", "cluster.verl_job", *orchestra_overrides, "--here"]
-    return ["ray", "job", "submit", "--address", os.environ.get("RAY_ADDRESS", "$RAY_ADDRESS"),
-            "--working-dir", ".", "--runtime-env", runtime_env_file, "--submission-id", job_id, "--no-wait",
-            "--", *entry]
-
-
-def submit_env() -> dict[str, str]:
-    return {"RAY_AUTH_MODE": "token"}  # token auth stays on; Ray 2.60's CLI needs the mode named
 
 
 def platform_env(cfg: ExperimentConfig) -> dict[str, str]:
@@ -176,7 +141,13 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     if not ray.is_initialized():
         runtime_env = OmegaConf.to_container(OmegaConf.create(get_ppo_ray_runtime_env(verl_cfg)))
         runtime_env.setdefault("env_vars", {}).update({"TRANSFER_QUEUE_ENABLE": "1", **env})
-        if cfg.verl.platform == "cpu":  # logical GPUs for verl's resource pools, a local cluster of our size
+        address = cluster_address(cfg)
+        if address:  # the cluster the job runs in (`ray job submit` sets RAY_ADDRESS), on every platform
+            from cluster.launch import beside_job
+
+            ray.init(address=address, runtime_env=beside_job(runtime_env))
+            print(f"attached to the Ray cluster at {address} ({len([n for n in ray.nodes() if n['Alive']])} nodes)")
+        elif cfg.verl.platform == "cpu":  # logical GPUs for verl's resource pools, a local cluster of our size
             ray.init(address="local", num_cpus=cfg.verl.cpu_num_cpus, num_gpus=cfg.verl.nnodes * cfg.verl.gpus_per_node,
                      object_store_memory=cfg.cluster.object_store_memory_mb * 1024**2, runtime_env=runtime_env)
         else:
@@ -186,80 +157,40 @@ def run_here(cfg: ExperimentConfig, verl_cfg: Any) -> None:
     actors = start_job_actors(cfg)
     if cfg.verl.warm_start:
         warm_start_stage(cfg, actors["tools"])
-    with watchdog(cfg.verl.watchdog_s, f"verl job {cfg.name}"):
+    with watchdog(cfg.verl.watchdog_s, f"verl job {cfg.name}"), node_watch(cfg, f"verl job {cfg.name}"):
         run_ppo(verl_cfg, task_runner_class=TaskRunnerV1)
+    print_placement(cfg)
     del actors
     export_hf(cfg)
     print("INFO heldout_follows_preference: not judged (the verl job scores no held-out tasks under the presets or the"
           " sweep: run make eval on its exported policy, <verl.output_dir>/hf)")
 
 
-def _dry_run(cfg: ExperimentConfig, overrides: list[str], verl_cfg: Any) -> int:
-    from omegaconf import OmegaConf
-
-    env, secrets = load_runtime_env()
-    print(OmegaConf.to_yaml(verl_cfg, resolve=True))
-    validate_verl_config(verl_cfg)
-    print("# agent-loop yaml (" + stage_dir(cfg) + "/agent_loop.yaml):")
-    print(yaml.safe_dump(agent_loop_entries(overrides), sort_keys=False))
-    print("# " + updates_line(cfg))
-    print("# " + checkpoint_line(cfg))
-    print(f"# runtime_env: env_vars {sorted(env['env_vars'])}; excludes {env.get('excludes', [])}")
-    if secrets:
-        print(f"# not sent with the job (set them on the nodes: docs/cluster.md): {secrets}")
-    prefix = " ".join(f"{k}={v}" for k, v in submit_env().items())
-    cmd = shlex.join(submit_command(cfg, overrides, "RUNTIME_ENV_JSON", submission_id(cfg)))
-    cmd = cmd.replace("'$RAY_ADDRESS'", "$RAY_ADDRESS").replace("RUNTIME_ENV_JSON", "$RUNTIME_ENV_JSON")
-    print("# submit ($RUNTIME_ENV_JSON: cluster/runtime_env.yaml, a temp file the launcher writes and deletes):\n"
-          + prefix + " " + cmd)
-    return 0
-
-
-def _submit(cfg: ExperimentConfig, overrides: list[str]) -> int:
-    if not os.environ.get("RAY_ADDRESS"):
-        print("RAY_ADDRESS is not set: point it at the cluster's dashboard (http://HEAD:8265), or use --here / "
-              "--dry-run", file=sys.stderr)
-        return 2
-    if not cfg.verl.output_dir:
-        print("config error: verl.output_dir: a submitted job needs an absolute directory every node shares "
-              "(checkpoints, logs, staged tasks), e.g. verl.output_dir=/mnt/orchestra-runs/" + cfg.name, file=sys.stderr)
-        return 2
-    env, secrets = load_runtime_env()
-    if secrets:
-        print(f"note: {secrets} are set here but not sent with the job (Ray shows a job's runtime_env to every "
-              "token holder): the nodes need them in their own environment", file=sys.stderr)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(env, f)
-    job_id = submission_id(cfg)
-    cmd = submit_command(cfg, overrides, f.name, job_id)
-    ray_cli = Path(sys.executable).parent / "ray"  # this venv's Ray CLI (same version as the cluster's)
-    if ray_cli.is_file():
-        cmd[0] = str(ray_cli)
-    try:
-        rc = subprocess.call(cmd, cwd=ROOT, env={**os.environ, **submit_env()})
-    finally:
-        os.unlink(f.name)
-    if rc == 0:
-        print(f"submitted {job_id}; checkpoints and logs go to {output_dir(cfg)}; follow it with:\n"
-              f"  RAY_AUTH_MODE=token ray job logs --address $RAY_ADDRESS -f {job_id}\n"
-              "  (rollouts, actors and GPU use: the Ray dashboard at $RAY_ADDRESS)")
-    return rc
+def cluster_address(cfg: ExperimentConfig) -> str:
+    """The Ray cluster to join: `cluster.address`, else $RAY_ADDRESS (under `ray job submit`, the GCS address of the
+    cluster the job runs in); "" starts one of the job's own (one machine)."""
+    address = cfg.cluster.address or os.environ.get("RAY_ADDRESS", "")
+    if address.startswith(("http://", "https://")):
+        raise ConfigError(f"cluster.address / RAY_ADDRESS: {address} is a dashboard (job server) address, for "
+                          "`ray job submit`; --here joins a cluster through its GCS address (HOST:PORT, e.g. "
+                          "127.0.0.11:6390 of make cluster-up)")
+    return address
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        cli = parse_cli(argv, "cluster.verl_job", flags=FLAGS)
+        cli = parse_cli(argv, "cluster.verl.job", flags=FLAGS)
         flags, overrides = cli.flags, cli.overrides
         cfg = load_config(overrides)
         if cfg.backend != "verl":
-            raise ConfigError(f"backend: cluster.verl_job needs backend=verl, got {cfg.backend!r}")
+            raise ConfigError(f"backend: cluster.verl.job needs backend=verl, got {cfg.backend!r}")
         verl_cfg = compose(verl_overrides(cfg, overrides))
         check_cadence(cfg)
         if "--dry-run" in flags:
-            return _dry_run(cfg, overrides, verl_cfg)
+            return dry_run(cfg, overrides, verl_cfg)
         if "--here" not in flags:
-            return _submit(cfg, overrides)
+            return submit(cfg, overrides)
         # the policy downloaded once into the shared storage, before the learner or verl's ranks wait for it
         cfg, overrides = fetch_policy(cfg, overrides)
         verl_cfg = compose(verl_overrides(cfg, overrides))

@@ -1,6 +1,6 @@
 """bench/rl_control_verl.py at toy sizes: the positive control trained through verl 0.9.1's own trainer on CPU, then
 both policies scored by the local trainer's held-out evaluation. Minutes: marked `verl_cpu`, run by `make
-test-verl-cpu` (.ci/run), beside tests/cluster/test_verl_cpu.py."""
+test-verl-cpu` (.ci/run), beside tests/cluster/verl/test_watchdog.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("verl")
 pytestmark = pytest.mark.verl_cpu
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.timeout(900)

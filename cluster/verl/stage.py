@@ -1,10 +1,10 @@
-"""The files of a verl job on its shared output dir (`verl.output_dir`; the paths are cluster/verl_config.py's).
+"""The files of a verl job on its shared output dir (`verl.output_dir`; the paths are cluster/verl/config.py's).
 
 `stage` writes what verl's workers read before the trainer starts: train/val parquet, the corpus `search` serves,
 the agent-loop yaml, the reward-function shim, the run's config, and the policy as an HF dir for the embedded
 models; `warm_start_stage` writes the warm-started policy there instead (`verl.warm_start=true`, the job's first
 stage); `export_hf` merges the newest checkpoint into a plain HF dir afterwards. Submitting and running the job
-are cluster/verl_job.py's.
+are cluster/verl/job.py's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from cluster.verl_config import agent_loop_entries, output_dir, stage_dir
+from cluster.verl.config import agent_loop_entries, output_dir, stage_dir
 from orchestra.config import ExperimentConfig, task_tiers
 
 REWARD_SHIM = "# verl loads its custom reward function from a file: ours lives in the installed project.\n" \
@@ -73,8 +73,9 @@ def export_hf(cfg: ExperimentConfig) -> Path | None:
     cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor),
            "--target_dir", str(tmp)]
     if subprocess.call(cmd, stdout=subprocess.DEVNULL) != 0:
-        print(f"model_merger failed on {actor}; merge by hand: {shlex.join(cmd)}", file=sys.stderr)
-        return None
+        raise RuntimeError(f"model_merger failed on {actor} (its error above); the checkpoint is intact: merge by "
+                           f"hand with {shlex.join(cmd)}, or submit again (verl resumes past its last step and "
+                           "merges)")
     shutil.copy(Path(stage_dir(cfg)) / "config.yaml", tmp / "orchestra_config.yaml")
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)

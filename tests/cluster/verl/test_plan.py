@@ -1,4 +1,4 @@
-"""What the dry run and the job say a verl run will do (cluster/verl_plan.py), checked against verl 0.9.1's own code
+"""What the dry run and the job say a verl run will do (cluster/verl/plan.py), checked against verl 0.9.1's own code
 on CPU: the plan line and its padding (issue 60, F3's wording), checkpoint bytes and cadence (N4), and the tasks a
 resumed run's first step plays (N3: verl's own dataloader restored from data.pt as its trainer does)."""
 
@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("hydra")
 
-from cluster.verl_config import compose, rows_per_step, verl_overrides  # noqa: E402
-from cluster.verl_plan import (  # noqa: E402
+from cluster.verl.config import compose, rows_per_step, verl_overrides  # noqa: E402
+from cluster.verl.plan import (  # noqa: E402
     check_cadence,
     checkpoint_line,
     checkpoint_plan,
@@ -75,7 +75,7 @@ def test_checkpoints_are_sized_to_a_resume_and_the_cadence_to_the_write_speed(ca
     """On f4067d9 both HSDP replica groups wrote every shard: 196.6 GB a save for h100_2x8, every 5 steps. One
     group writes now (actors/verl_plugins/checkpoint.py), the dry run prints the bytes, and a cadence whose saves
     would take more than verl.save_share of the stated step time at the stated write speed is refused."""
-    from cluster.verl_job import main
+    from cluster.verl.job import main
 
     p = checkpoint_plan(load_config(H100))
     assert (p.ranks, p.replicas, p.bytes) == (16, 2, 8_190_735_360 * 12) and p.bytes_every_rank == 2 * p.bytes
@@ -102,7 +102,7 @@ def test_a_resumed_run_first_plays_the_next_step_of_the_run_order(tmp_path, work
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     from cluster.rollouts import run_order
-    from cluster.verl_stage import stage
+    from cluster.verl.stage import stage
     from orchestra.config import task_tiers
     from orchestra.data.sources import build_task_set
     from orchestra.policy.models import load_tokenizer

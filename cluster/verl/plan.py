@@ -7,7 +7,7 @@ SYNTHETIC_PADDING_SEQ_LEN tokens (verl/trainer/ppo/v1/trainer_base.py `_get_requ
 the actor trains fp32 weights with AdamW (actor.fsdp_config.model_dtype, actor.optim), so a checkpoint holds 12 bytes
 per parameter, written once by one HSDP replica group (actors/verl_plugins/checkpoint.py); verl saves its
 dataloader's position in data.pt beside each checkpoint and restores it on resume (v1/trainer_base.py:893, :999).
-The verl config itself is cluster/verl_config.py's; launching is cluster/verl_job.py's.
+The verl config itself is cluster/verl/config.py's; launching is cluster/verl/job.py's.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.verl_config import gpu_split, mini_batch_prompts, output_dir, rows_per_step, stage_dir
+from cluster.verl.config import gpu_split, mini_batch_prompts, output_dir, rows_per_step, stage_dir
 from orchestra.config import ConfigError, ExperimentConfig
 
 PAD_ROW_TOKENS = 128  # verl/trainer/ppo/padding_utils.py SYNTHETIC_PADDING_SEQ_LEN

@@ -14,8 +14,10 @@ import yaml
 
 pytest.importorskip("hydra")
 
-from cluster import verl_job, verl_wait  # noqa: E402
-from cluster.verl_config import (  # noqa: E402
+from cluster.verl import job as verl_job  # noqa: E402
+from cluster.verl import submit as verl_submit
+from cluster.verl import wait as verl_wait
+from cluster.verl.config import (  # noqa: E402
     MODES,
     agent_loop_entries,
     compose,
@@ -24,8 +26,9 @@ from cluster.verl_config import (  # noqa: E402
     validate_verl_config,
     verl_overrides,
 )
-from cluster.verl_job import load_runtime_env, main, prepare_here  # noqa: E402
-from cluster.verl_stage import stage  # noqa: E402
+from cluster.verl.job import main, prepare_here  # noqa: E402
+from cluster.verl.stage import stage  # noqa: E402
+from cluster.verl.submit import load_runtime_env  # noqa: E402
 from orchestra.config import ConfigError, load_config  # noqa: E402
 
 H100 = ["experiment=h100_2x8"]
@@ -186,7 +189,7 @@ def test_dry_run_prints_config_and_submit_command_without_secrets(capsys, monkey
     cmd = [line for line in out.splitlines() if " ray job submit " in f" {line}"][-1]
     assert cmd.startswith("RAY_AUTH_MODE=token ") and "--address http://head:8265" in cmd
     assert "--working-dir . " in cmd and "/tmp" not in cmd
-    assert "/.venv/bin/python -m cluster.verl_job experiment=h100_2x8 --here" in cmd
+    assert "/.venv/bin/python -m cluster.verl.job experiment=h100_2x8 --here" in cmd
 
 
 def test_runtime_env_never_carries_secrets_and_excludes_local_runs():
@@ -194,7 +197,7 @@ def test_runtime_env_never_carries_secrets_and_excludes_local_runs():
     assert not_sent == ["TAVILY_API_KEY"] and "TAVILY_API_KEY" not in env["env_vars"]
     assert "tvly-x" not in repr(env) and "secret_env_vars" not in env
     assert {".venv/", ".git/", "runs/"} <= set(env["excludes"])
-    assert "RAY_RUNTIME_ENV_IGNORE_GITIGNORE" not in verl_job.submit_env()
+    assert "RAY_RUNTIME_ENV_IGNORE_GITIGNORE" not in verl_submit.submit_env()
 
 
 def test_stage_writes_what_the_job_reads(tmp_path):
@@ -240,7 +243,7 @@ def test_a_verl_step_plays_the_local_steps_groups(tmp_path):
     import pyarrow.parquet as pq
 
     from cluster.rollouts import TaskSampler, step_requests
-    from cluster.verl_config import rows_per_step
+    from cluster.verl.config import rows_per_step
     from orchestra.config import task_tiers
     from orchestra.data.sources import build_task_set
     from orchestra.data.tasks import task_from_verl_row
@@ -260,7 +263,7 @@ def test_a_verl_step_plays_the_local_steps_groups(tmp_path):
 
 def test_the_job_searches_the_staged_corpus(tmp_path):
     """On 2bd8f65 the job's `search` was Tavily web search (the corpus never staged). (A refused sandbox stops the
-    job where the code tools run: tests/cluster/test_verl_actors.py.)"""
+    job where the code tools run: tests/cluster/verl/test_actors.py.)"""
     from tools.registry import Build
     from tools.web_search import WebSearch
 
@@ -337,12 +340,12 @@ def test_submit_refuses_without_a_shared_output_dir_and_sends_no_secret(monkeypa
         seen.update(cmd=cmd, cwd=cwd, env=env, runtime_env=json.loads(Path(path).read_text()))
         return 0
 
-    monkeypatch.setattr(verl_job.subprocess, "call", fake_call)
+    monkeypatch.setattr(verl_submit.subprocess, "call", fake_call)
     over = H100 + [f"verl.output_dir={tmp_path}/shared"]
     assert main(over) == 0
     assert "tvly-secret-77" not in json.dumps(seen["runtime_env"]) and "tvly-secret-77" not in " ".join(seen["cmd"])
     assert "TAVILY_API_KEY" in capsys.readouterr().err  # named as left behind
-    assert seen["env"]["RAY_AUTH_MODE"] == "token" and Path(seen["cwd"]) == verl_job.ROOT
+    assert seen["env"]["RAY_AUTH_MODE"] == "token" and Path(seen["cwd"]) == verl_submit.ROOT
     cmd = seen["cmd"]
     assert cmd[1:3] == ["job", "submit"] and cmd[cmd.index("--address") + 1] == "http://head:8265"
     assert cmd[-2:] == [over[-1], "--here"]
@@ -364,13 +367,13 @@ def test_watchdog_turns_a_silent_wait_into_an_error():
 def test_watchdog_ends_a_run_whose_main_thread_no_signal_reaches():
     """A failed weight sync into vLLM leaves verl's driver blocked in ray.get, where Python runs no signal handler:
     on 64e2e69 the SIGALRM watchdog never fired there (reproduced with verl's vLLM rollout on CPU,
-    tests/cluster/test_verl_cpu.py). Its timer thread ends the run with the same message."""
+    tests/cluster/verl/test_watchdog.py). Its timer thread ends the run with the same message."""
     import subprocess
     import sys
 
     code = """
 import signal, time
-from cluster import verl_wait
+from cluster.verl import wait as verl_wait
 verl_wait.WATCHDOG_GRACE_S = 0.5
 with verl_wait.watchdog(1.0, "verl job blocked"):
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # as a C call that never returns to Python

@@ -34,7 +34,8 @@ def test_the_jobs_reward_actor_is_waited_for(ray_cluster, monkeypatch):
     import ray
 
     from actors.reward_actor import RewardActor
-    from cluster import launch, verl_job
+    from cluster import launch
+    from cluster.verl import job as verl_job
 
     monkeypatch.setattr(launch, "start_tool_servers", lambda cfg, corpus=None: {})
     # a reward actor that cannot be placed here, as one on a cluster whose CPUs are all taken
@@ -64,7 +65,8 @@ def test_the_sandbox_preflight_runs_in_the_code_tools_server(ray_cluster, monkey
     assert shutil.which("python3", path=str(bare)) and not shutil.which("bwrap", path=str(bare))
 
     from actors.tool_server import ToolServer
-    from cluster import launch, verl_job
+    from cluster import launch
+    from cluster.verl import job as verl_job
     from tools.registry import zoo_dict
 
     cfg = load_config(["experiment=verl_cpu_tiny", "zoo.tools=[search,python,answer]", "cluster.start_timeout_s=60"])

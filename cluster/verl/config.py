@@ -1,6 +1,6 @@
 """Our ExperimentConfig as verl 0.9.1's trainer config: Hydra overrides for its `ppo_trainer.yaml`, composed and
-checked as verl's main does. Pure translation: no Ray, no files written (staging: cluster/verl_stage.py; launching:
-cluster/verl_job.py).
+checked as verl's main does. Pure translation: no Ray, no files written (staging: cluster/verl/stage.py; launching:
+cluster/verl/job.py).
 
 Paths: every path verl's processes read or write is absolute, under `output_dir(cfg)` (`verl.output_dir`, storage
 every node shares; checkpoints, TensorBoard logs and the staged task files): a relative path would resolve against
@@ -22,7 +22,7 @@ from typing import Any
 from orchestra.config import ConfigError, ExperimentConfig
 from reward.rubric import rubric_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 AGENT_LOOP_TARGET = "actors.verl_plugins.agent_loop.OrchestraAgentLoop"
 CPU_PLUGIN = "actors.verl_plugins.cpu_platform"
 MODES = ("sync", "colocate_async", "separate_async")
@@ -200,7 +200,7 @@ def verl_overrides(cfg: ExperimentConfig, orchestra_overrides: list[str]) -> lis
     prompt_len, response_len = lengths["prompt"], lengths["response"]
     gpus = gpu_split(cfg)
     group_reward = rubric_of(cfg.reward.rubric).grouped
-    # the embedded policies and a warm-started one are written as HF dirs by the job itself (cluster/verl_stage.py)
+    # the embedded policies and a warm-started one are written as HF dirs by the job itself (cluster/verl/stage.py)
     model_path = f"{stage}/policy" if cfg.model.name in ("tiny", "smollm2") or v.warm_start else cfg.model.name
     ar = "actor_rollout_ref"
     o = [

@@ -11,7 +11,10 @@ one download, and the run itself.
   (16 GB for Qwen3-8B, inside its start timeout), and without the warm start each verl rank and vLLM replica would
   fetch it into its own node's cache. The job then runs with `model.name` = that directory.
 - `watchdog`: a run that hangs inside verl stops after `verl.watchdog_s`, naming the free resources.
-Launching is cluster/verl_job.py's.
+- `node_watch`: a node the job runs on lost mid-run (preempted, crashed) ends the job within seconds of Ray seeing it
+  dead, naming the node and the newest checkpoint to resume from; without it verl's surviving ranks would wait in a
+  collective for `verl.nccl_timeout_s` (30 minutes) and the job would stay RUNNING.
+Launching is cluster/verl/job.py's.
 """
 
 from __future__ import annotations
@@ -19,15 +22,17 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cluster.verl_config import output_dir
+from cluster.verl.config import output_dir
 from orchestra.config import ExperimentConfig
 
 PROGRESS_EVERY_S = 60.0  # a progress line at least this often while nothing changes
@@ -145,3 +150,118 @@ def watchdog(seconds: float, what: str):
         timer.cancel()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+NODE_LOST_EXIT = 75  # EX_TEMPFAIL: a lost node is worth a resubmission, not a fix of the config
+NODE_POLL_S = 2.0
+NODE_GRACE_S = 30.0  # after verl raised: how long to wait for Ray to mark a silent node dead (its health checks)
+
+
+def job_nodes(cfg: ExperimentConfig, nodes: list[dict[str, Any]]) -> dict[str, tuple[str, int]]:
+    """{node id: (IP, raylet port)} of the alive nodes the job runs on: those offering GPUs (verl's ranks and
+    rollout) or a tool resource (the tool servers)."""
+    tools = set(cfg.cluster.tool_resources)
+    return {n["NodeID"]: (n["NodeManagerAddress"], int(n.get("NodeManagerPort") or 0)) for n in nodes
+            if n.get("Alive") and (n.get("Resources", {}).get("GPU", 0) > 0 or tools & set(n.get("Resources", {})))}
+
+
+def newest_checkpoint(cfg: ExperimentConfig) -> str:
+    """The checkpoint a resubmission resumes from, as one phrase (verl's tracker file names the newest good one)."""
+    ckpts = Path(output_dir(cfg)) / "checkpoints"
+    tracker = ckpts / "latest_checkpointed_iteration.txt"
+    if not tracker.is_file():
+        return f"none yet under {ckpts} (a resubmission starts at step 1)"
+    step = int(tracker.read_text().strip())
+    return f"{ckpts}/global_step_{step} (a resubmission resumes at step {step + 1})"
+
+
+def lost_line(what: str, lost: dict[str, str], cfg: ExperimentConfig, since_s: float) -> str:
+    where = ", ".join(f"{ip} ({nid[:12]})" for nid, ip in lost.items())
+    return (f"{what}: node {where} was lost {since_s:.0f} s into training (Ray marked it dead); the job ends here "
+            f"(exit {NODE_LOST_EXIT}) instead of waiting in a collective. Newest checkpoint: {newest_checkpoint(cfg)}. "
+            "Bring the node back (or another with the same resources) and submit the same command again.")
+
+
+def unreachable(address: tuple[str, int], timeout_s: float = 2.0) -> bool:
+    """Whether a node's raylet refuses (or does not answer) a connection: a node just lost, before Ray's health
+    checks (seconds) mark it dead."""
+    if not address[1]:
+        return False
+    try:
+        socket.create_connection(address, timeout=timeout_s).close()
+        return False
+    except OSError:
+        return True
+
+
+def death_error(e: BaseException) -> bool:
+    """Whether an error (or one it wraps: a task error's cause, an exception's chain) says a Ray worker, actor or node
+    died: the errors a lost node raises before Ray has marked the node itself dead."""
+    from ray import exceptions as rx
+
+    kinds = (rx.RayActorError, rx.NodeDiedError, rx.WorkerCrashedError, rx.ObjectLostError, rx.ActorUnavailableError)
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, kinds):
+            return True
+        todo += [getattr(x, "cause", None), x.__cause__, x.__context__]
+    return False
+
+
+@contextlib.contextmanager
+def node_watch(cfg: ExperimentConfig, what: str, nodes: Callable[[], list[dict[str, Any]]] | None = None,
+               poll_s: float = NODE_POLL_S, grace_s: float = NODE_GRACE_S,
+               exit: Callable[[int], None] = os._exit):
+    """Ends the process (exit NODE_LOST_EXIT, from a thread: the main thread may be blocked in ray.get) once a node of
+    `job_nodes` is dead, printing `lost_line` last. When the body raises first (verl saw its peer's connection close,
+    or its actor die, before Ray marked the node dead) and a watched node's raylet does not answer (or the error says
+    a worker died), it waits up to `grace_s` for Ray to mark the node dead, then prints the error and `lost_line` and
+    exits the same way; any other error goes on at once."""
+    if nodes is None:
+        import ray
+
+        nodes = ray.nodes
+    watched, start = job_nodes(cfg, nodes()), time.monotonic()
+    stop = threading.Event()
+
+    def lost() -> dict[str, str]:
+        try:
+            alive = {n["NodeID"] for n in nodes() if n.get("Alive")}
+        except Exception:  # the GCS busy or restarting: look again next poll
+            return {}
+        return {nid: address[0] for nid, address in watched.items() if nid not in alive}
+
+    def loop() -> None:
+        while not stop.wait(poll_s):
+            gone = lost()
+            if gone and not stop.is_set():  # the main thread is blocked (a collective waits for the dead peer)
+                print(lost_line(what, gone, cfg, time.monotonic() - start), file=sys.stderr, flush=True)
+                sys.stdout.flush()
+                exit(NODE_LOST_EXIT)
+                return
+
+    thread = threading.Thread(target=loop, name="orchestra-node-watch", daemon=True)
+    thread.start()
+    try:
+        yield watched
+    except Exception as e:
+        stop.set()  # this path says it from here on: one message, after the error
+        suspect = death_error(e) or any(unreachable(address) for address in watched.values())
+        deadline = time.monotonic() + (grace_s if suspect else 0.0)
+        gone = lost()
+        while not gone and time.monotonic() < deadline:
+            time.sleep(poll_s)
+            gone = lost()
+        if not gone:
+            raise
+        traceback.print_exception(e)  # what verl raised, then the cause: the job's last lines name it
+        print(lost_line(what, gone, cfg, time.monotonic() - start), file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        exit(NODE_LOST_EXIT)
+    finally:
+        stop.set()

@@ -1,4 +1,4 @@
-"""A verl job waits for the cluster it needs, bounded and out loud, and downloads its policy once (cluster/verl_wait.py;
+"""A verl job waits for the cluster it needs, bounded and out loud, and downloads its policy once (cluster/verl/wait.py;
 issue 60, N5): `ray up` returns before the GPU workers are set up, and on f4067d9 the warm start's learner waited for a
 GPU and downloaded Qwen3-8B inside one 600 s start timeout."""
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import verl_job, verl_wait
+from cluster.verl import job as verl_job
+from cluster.verl import wait as verl_wait
 from orchestra.config import load_config
 
 H100 = ["experiment=h100_2x8"]
