@@ -148,7 +148,8 @@ def test_bench_reads_a_finished_run(script, toy_run, tmp_path, monkeypatch, caps
     except SystemExit as e:
         assert e.code in (0, None, *EXIT.get(script, ())), e.code
     out = capsys.readouterr().out
-    assert "[rl_value] training" not in out and "INFO seeds: " not in out  # read, not trained
+    assert "[rl_value] training" not in out and "INFO seeds: cluster.train" not in out  # read, not trained
+    assert script != "seeds.py" or "s0 read (same config" in out
     printed = set(re.findall(r"^RESULT (\w+)\s*=", out, re.M))
     assert SMOKE[script][1] <= printed, (sorted(SMOKE[script][1] - printed), out[-2000:])
 
