@@ -15,8 +15,9 @@ rank-only adherence let through), a router that sends two presets to the same mo
 that reaches its cheapest route a step before its router is not asked to fall below it. Besides,
 accuracy-first must spend at least `min_spread` times what cost-first spends (`pref_spread`), asked only where the
 router itself spreads that far. Without router figures (a run whose teacher fitted none) each step must fall
-strictly and, for the sweep, −Spearman(weight, $) must reach `min_adherence`. A figure that is nan (not measured
-where it should be, a $ of nan) fails; `judged` lists every figure the verdict read, with its goal.
+strictly (a step from $0 to $0 excepted: nothing is left to fall) and, for the sweep, −Spearman(weight, $) must
+reach `min_adherence`. A figure that is nan (not measured where it should be, a $ of nan) fails; `judged` lists
+every figure the verdict read, with its goal.
 The share was fixed before any run of issue 69's recipe; the rule was first per step (each step's fall >= 1/3 of the
 router's) and became cumulative after one development run on the old held-out draw (seed 0) failed a policy that
 spent 0.030 ¢ at cost weight 1 where its router spent 0.074, and could not then fall a third of the router's last
@@ -82,14 +83,17 @@ class Curve:
 def step_problems(c: Curve, goals: Goals) -> tuple[list[str], str]:
     """(a line per failing point, the figure as judged) of one curve: with router figures, no step rises (unless the
     router's does: then by at most `share` of its rise) and at every point the fall from the curve's first point is
-    at least `share` of the router's fall to the same point; without, $ falls strictly at every step."""
+    at least `share` of the router's fall to the same point; without, $ falls strictly at every step ($0 to $0
+    excepted)."""
     steps = [log_fall(a, b) for a, b in zip(c.policy, c.policy[1:])]
     shown = " · ".join(f"{100 * x:.4f}" for x in c.policy)
     if c.router is None:
+        # a step from $0 to $0 passes: nothing is left to fall (a nan fails)
+        floor = [x == 0 and y == 0 for x, y in zip(c.policy, c.policy[1:])]
         bad = [f"{c.name}: from {a} to {b} $ falls {f:.2f} on the log scale, goal > 0 (no router figures: strictly "
-               "falling)" for a, b, f in zip(c.labels, c.labels[1:], steps) if not f > 0]  # nan fails
+               "falling)" for a, b, f, z in zip(c.labels, c.labels[1:], steps, floor) if not (f > 0 or z)]
         return bad, (f"{c.name}: $ {shown} ¢; ln($ fall) per step " + " · ".join(f"{f:.2f}" for f in steps)
-                     + " (each > 0: no router figures, strictly falling)")
+                     + " (each > 0, or $0 to $0: no router figures, strictly falling)")
     r_steps = [log_fall(a, b) for a, b in zip(c.router, c.router[1:])]
     # a step may rise only where the router's rises (a nan on either side fails)
     allowed = [r if math.isnan(r) else min(0.0, goals.share * r) for r in r_steps]

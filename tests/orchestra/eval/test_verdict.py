@@ -101,6 +101,12 @@ def test_without_router_figures_each_step_must_fall_and_adherence_is_judged():
     assert verdict(s, Goals()).follows is False
     flat = run(router_presets=None, presets=(0.005, 0.001, 0.001))
     assert verdict(flat, Goals()).follows is False
+    # at $0 nothing is left to fall: a sweep that reaches a free route and stays there passes (a scripted policy
+    # of four routes over five weights, tests/cluster/test_verdict.py); a flat step above $0 does not
+    floor = (0.007, 0.001, 0.0002, 0.0, 0.0)
+    assert verdict(run(router_presets=None, sft_sweep=floor, rl_sweep=floor), Goals()).follows is True
+    shelf = (0.007, 0.001, 0.0002, 0.0002, 0.0)
+    assert verdict(run(router_presets=None, sft_sweep=shelf, rl_sweep=shelf), Goals()).follows is False
 
 
 def test_rl_that_undoes_a_following_warm_start_is_lost_in_rl():
