@@ -54,7 +54,7 @@ TOY = ["zoo.tools=[enhance_reasoning,answer]", "cluster.torch_threads=1", "data.
        "eval.n_tasks=4", "eval.seeds=1", "sampling.max_tokens=300", "agent.max_turns=2", "checkpoint.every_steps=1",
        "log.tensorboard=false", "log.plots=false", "cluster.rollout_worker_cpus=0.5", "cluster.learner_cpus=0.5",
        "sft.teacher=random", "sft.restate_preference=false", "sft.until_follows=false", "sft.max_steps=0",
-       "data.preference_pairs=''", "eval.presets=[]", "algo.balance_prefs=false", "eval.sweep=false"]
+       "data.preference_pairs=''", "eval.presets=[]", "algo.balance_prefs=false", "eval.sweep=false", "algo.val_share=0"]
 
 
 def say(text: str) -> None:
