@@ -49,6 +49,14 @@ def output_dir(cfg: ExperimentConfig) -> str:
     return str((ROOT / (cfg.run_dir or f"runs/{cfg.name}")).resolve())
 
 
+def newest_checkpoint_step(cfg: ExperimentConfig) -> tuple[Path, int | None]:
+    """(the checkpoints dir, the step of the newest good checkpoint or None): verl's tracker file names it only once
+    the whole checkpoint is written, so a resume, the export and the lost-node line all read it from there."""
+    ckpts = Path(output_dir(cfg)) / "checkpoints"
+    tracker = ckpts / "latest_checkpointed_iteration.txt"
+    return ckpts, int(tracker.read_text().strip()) if tracker.is_file() else None
+
+
 def stage_dir(cfg: ExperimentConfig) -> str:
     return f"{output_dir(cfg)}/verl"
 

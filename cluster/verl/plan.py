@@ -17,7 +17,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.verl.config import gpu_split, mini_batch_prompts, output_dir, rows_per_step, stage_dir
+from cluster.verl.config import (
+    gpu_split,
+    mini_batch_prompts,
+    newest_checkpoint_step,
+    rows_per_step,
+    stage_dir,
+)
 from orchestra.config import ConfigError, ExperimentConfig
 
 PAD_ROW_TOKENS = 128  # verl/trainer/ppo/padding_utils.py SYNTHETIC_PADDING_SEQ_LEN
@@ -148,11 +154,9 @@ def resume_plan(cfg: ExperimentConfig) -> tuple[int, int, list[str]] | None:
     import pyarrow.parquet as pq
     import torch
 
-    ckpts = Path(output_dir(cfg)) / "checkpoints"
-    tracker = ckpts / "latest_checkpointed_iteration.txt"
-    if not tracker.is_file():
+    ckpts, done = newest_checkpoint_step(cfg)
+    if done is None:
         return None
-    done = int(tracker.read_text().strip())
     state = torch.load(ckpts / f"global_step_{done}" / "data.pt", weights_only=False)
     # torchdata's StatefulDataLoader: with workers its sampler state sits in the main snapshot
     main = state["_snapshot"]["_main_snapshot"] if "_snapshot" in state else state

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from cluster.verl.config import agent_loop_entries, output_dir, stage_dir
+from cluster.verl.config import agent_loop_entries, newest_checkpoint_step, output_dir, stage_dir
 from orchestra.config import ExperimentConfig, task_tiers
 
 REWARD_SHIM = "# verl loads its custom reward function from a file: ours lives in the installed project.\n" \
@@ -62,12 +62,11 @@ def export_hf(cfg: ExperimentConfig) -> Path | None:
     `make serve ARGS="checkpoint=..."` loads, with the run's config beside it. Written to a temp dir, then renamed."""
     import shutil
 
-    ckpts = Path(output_dir(cfg)) / "checkpoints"
-    tracker = ckpts / "latest_checkpointed_iteration.txt"
-    if not tracker.is_file():
+    ckpts, step = newest_checkpoint_step(cfg)
+    if step is None:
         print(f"no checkpoint under {ckpts} (checkpoint.every_steps=0?): nothing to export", file=sys.stderr)
         return None
-    actor = ckpts / f"global_step_{tracker.read_text().strip()}" / "actor"
+    actor = ckpts / f"global_step_{step}" / "actor"
     target, tmp = Path(output_dir(cfg)) / "hf", Path(output_dir(cfg)) / ".hf.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor),

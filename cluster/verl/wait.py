@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cluster.verl.config import output_dir
+from cluster.verl.config import newest_checkpoint_step, output_dir
 from orchestra.config import ExperimentConfig
 
 PROGRESS_EVERY_S = 60.0  # a progress line at least this often while nothing changes
@@ -167,11 +167,9 @@ def job_nodes(cfg: ExperimentConfig, nodes: list[dict[str, Any]]) -> dict[str, t
 
 def newest_checkpoint(cfg: ExperimentConfig) -> str:
     """The checkpoint a resubmission resumes from, as one phrase (verl's tracker file names the newest good one)."""
-    ckpts = Path(output_dir(cfg)) / "checkpoints"
-    tracker = ckpts / "latest_checkpointed_iteration.txt"
-    if not tracker.is_file():
+    ckpts, step = newest_checkpoint_step(cfg)
+    if step is None:
         return f"none yet under {ckpts} (a resubmission starts at step 1)"
-    step = int(tracker.read_text().strip())
     return f"{ckpts}/global_step_{step} (a resubmission resumes at step {step + 1})"
 
 
