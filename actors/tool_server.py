@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import hashlib
 import importlib
-import json
 import os
 import time
 from collections.abc import Callable
@@ -30,6 +28,7 @@ import ray
 from actors import metrics
 from actors.rate_limit import RateLimiter
 from actors.spend_ledger import make_spend_ledger
+from orchestra.agent.call_cache import call_key
 from orchestra.types import Task, ToolContext, ToolResult
 from tools.base import guarded_call
 
@@ -87,17 +86,11 @@ class ToolServer:
     def stats(self) -> dict[str, Any]:
         return dict(self.counts)
 
-    def _cache_key(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        t = ctx.task
-        blob = json.dumps([self.name, args, t.id, t.problem, t.model_mapping, t.pricing, ctx.attempt,
-                           ctx.documents, ctx.code_outputs, ctx.seed], sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()
-
     async def call(self, call_dict: dict[str, Any], ctx: ToolContext) -> ToolResult:
         arrived = time.perf_counter()
         self.counts["calls"] += 1
         args = call_dict.get("arguments", {}) if isinstance(call_dict, dict) else {}
-        key = self._cache_key(args, ctx) if self.cache_size > 0 else ""
+        key = call_key(self.name, args, ctx) if self.cache_size > 0 else ""
         if key and key in self.cache:
             self.cache.move_to_end(key)
             self.counts["cache_hits"] += 1

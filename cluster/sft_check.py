@@ -107,11 +107,10 @@ def train_check(cfg: Any, train: list[Task], step: int, rollout: Callable[..., l
 def checker(trainer: Any, what: list[str]) -> Callable[[int], dict[str, Any]]:
     """SFT's check as cluster/warm_start.sft_loop calls it, on the trainer's workers, training tasks and tool servers
     (the router played on the same tasks through them, once)."""
-    from actors.tool_client import RayToolClient
     from orchestra.eval.verdict import goals_of
 
     c = trainer.cfg
     router = RouterOnTasks(c, trainer.dir, trainer.train[: c.eval.n_tasks],
-                           RayToolClient(trainer.tools, timeout_s=c.zoo.server.timeout_s), trainer.tokenizer())
+                           trainer.scripted, trainer.tokenizer())
     return lambda step: train_check(c, trainer.train, step, trainer.rollout, trainer.bars, trainer.sync_weights, what,
                                     goals_of(c), router)

@@ -43,7 +43,7 @@ from cluster.rollouts import (
     step_requests,
     training_samples,
 )
-from cluster.warm_start import hint_heldout, sft_checks, warm_start
+from cluster.warm_start import hint_heldout, scripted_tools, sft_checks, warm_start
 from orchestra.config import ExperimentConfig, save_config, task_tiers
 from orchestra.data.sources import build_task_set
 from orchestra.data.tasks import load_corpus, load_tasks, save_corpus, save_tasks
@@ -74,6 +74,9 @@ class Trainer:
             self.workers = launch.start_rollout_workers(cfg, self.tools, self.reward)
         self.console.print(f"actors up in {self.phases.times['start actors']:.1f}s: {len(self.workers)} rollout "
                            f"worker(s), tools {sorted(self.tools)}")
+        # scripted plays (exploration, demonstrations, SFT's check, the router's held-out plays) make each distinct
+        # tool call once (orchestra/agent/call_cache.py); the policy's episodes go through the rollout workers
+        self.scripted = scripted_tools(cfg, self.tools)
         self.dispatch = Dispatch(self.workers, self.reward, cfg.cluster.start_timeout_s, self.console, self.bars,
                                  resync=lambda: self.sync_weights(only_stale=True), max_replays=cfg.cluster.max_restarts)
         self.records = EpisodeRecorder(cfg, self.dir, self.tools, self.console)
@@ -262,17 +265,14 @@ class Trainer:
 
     def evaluate_router(self) -> dict[str, Any]:
         """The estimator router the warm start fitted, on the same held-out tasks and presets (cluster/heldout.py)."""
-        from actors.tool_client import RayToolClient
-
-        tools = RayToolClient(self.tools, timeout_s=self.cfg.zoo.server.timeout_s)
         sweep = heldout.unseen_sweep(self.cfg, self.train) if self.cfg.eval.sweep else None
-        return heldout.router_summary(self.cfg, self.dir, self.heldout[: self.cfg.eval.n_tasks], tools,
+        return heldout.router_summary(self.cfg, self.dir, self.heldout[: self.cfg.eval.n_tasks], self.scripted,
                                       self.tokenizer(), sweep)
 
     def sft(self) -> dict[str, float]:
         """The SFT warm start (cluster/warm_start.py); sft.until_agreement / until_follows check the policy as it goes."""
         c = self.cfg
-        return warm_start(c, self.learner, self.tools, self.train, self.bars, self.console,
+        return warm_start(c, self.learner, self.scripted, self.train, self.bars, self.console,
                           check=sft_check.checker(self, sft_checks(c)))
 
     def rollout(self, requests: list[dict[str, Any]], eval_mode: bool = False, bar: Any = None

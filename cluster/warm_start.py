@@ -18,6 +18,7 @@ import ray
 from actors.tool_client import RayToolClient
 from cluster import launch
 from cluster.teachers import Teaching, teacher
+from orchestra.agent.call_cache import CallCache
 from orchestra.data.demos import sft_batches, sft_lr
 from orchestra.policy.models import config_tokenizer
 from orchestra.types import Task
@@ -25,15 +26,17 @@ from orchestra.types import Task
 SAMPLES_FILE = "sft_samples.pkl"  # sft.save_samples
 
 
-def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list[Task], bars: Any,
+def warm_start(cfg: Any, learner: Any, tools: Any, tasks: list[Task], bars: Any,
                console: Any, check: Callable[[int], dict[str, float]] | None = None) -> dict[str, Any]:
-    """Demonstrations, then the SFT steps (`sft_loop`; `check`: the trainer's check of the policy on training
-    tasks, used where the config asks for one: `sft_checks`)."""
+    """Demonstrations played through `tools` (a ToolClient over the run's own tool servers: no second retriever
+    index in the driver; `scripted_tools` makes one), then the SFT steps (`sft_loop`; `check`: the trainer's check of
+    the policy on training tasks, used where the config asks for one: `sft_checks`)."""
     c = cfg
     tok = config_tokenizer(c.model)
-    # Demonstrations go through the run's own tool servers: no second retriever index in the driver.
-    tools = RayToolClient(tool_handles, timeout_s=c.zoo.server.timeout_s)
     samples, report = teacher(c.sft.teacher)(Teaching(c, tools, tok, tasks, bars, console))
+    if isinstance(tools, CallCache):
+        console.print(f"  {tools.line()}")
+        report.update(tool_calls_asked=tools.calls, tool_calls_made=tools.made)
     if c.sft.save_samples:  # bench/sft_lab.py replays SFT on exactly these, outside Ray, on any device
         import pickle
 
@@ -43,6 +46,12 @@ def warm_start(cfg: Any, learner: Any, tool_handles: dict[str, Any], tasks: list
                     bars, console, check if sft_checks(c) else None)
     ray.get(learner.reset_reference.remote())  # KL anchors RL to the warm-started policy
     return {"sft_samples": len(samples), **loop, **report}
+
+
+def scripted_tools(cfg: Any, tool_handles: dict[str, Any]) -> CallCache:
+    """The ToolClient scripted plays go through: the tool servers, each distinct call made once
+    (orchestra/agent/call_cache.py)."""
+    return CallCache(RayToolClient(tool_handles, timeout_s=cfg.zoo.server.timeout_s))
 
 
 def sft_loop(sc: Any, update: Callable[[list[Any], float], dict[str, float]], samples: list[Any], seed: int,
@@ -122,7 +131,7 @@ def warm_start_policy(cfg: Any, tool_handles: dict[str, Any], tasks: list[Task],
         launch.wait_ready(cfg, [learner.version.remote()],
                           f"the warm-start learner (cluster.learner_gpus={cfg.cluster.learner_gpus:g})")
         with Bars(console) as bars:
-            report = warm_start(cfg, learner, tool_handles, tasks, bars, console)
+            report = warm_start(cfg, learner, scripted_tools(cfg, tool_handles), tasks, bars, console)
         ray.get(learner.save.remote(str(tmp)))  # a peft learner writes the merged weights as model.safetensors
     finally:
         ray.kill(learner)  # its devices go back before verl places its workers

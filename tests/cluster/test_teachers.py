@@ -59,7 +59,6 @@ def test_the_warm_start_makes_its_demonstrations_with_the_configured_teacher(mon
     cfg = load_config(["sft.steps=2", "sft.batch_size=1"])
     monkeypatch.setattr(warm_start, "teacher", pick)
     monkeypatch.setattr(warm_start.ray, "get", lambda x: x)
-    monkeypatch.setattr(warm_start, "RayToolClient", lambda handles, timeout_s: ("tools", handles))
 
     class Bars:
         def add(self, *_a):
@@ -71,6 +70,7 @@ def test_the_warm_start_makes_its_demonstrations_with_the_configured_teacher(mon
         def remove(self, *_a):
             pass
 
-    out = warm_start.warm_start(cfg, Learner, {"answer": "h"}, [], Bars(), type("C", (), {"print": print})())
-    assert seen["name"] == cfg.sft.teacher and seen["teaching"].tools == ("tools", {"answer": "h"})
+    tools = object()  # the ToolClient the demonstrations are played through, handed on as it is
+    out = warm_start.warm_start(cfg, Learner, tools, [], Bars(), type("C", (), {"print": print})())
+    assert seen["name"] == cfg.sft.teacher and seen["teaching"].tools is tools
     assert out["sft_samples"] == 2 and out["teacher_report"] == 1 and out["sft_steps_done"] == 2
