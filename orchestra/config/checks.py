@@ -128,6 +128,8 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.train.min_pref_spread >= 1.0, "train.min_pref_spread", "must be >= 1 (accuracy-first $ / cost-first $)")
     need(-1.0 <= cfg.train.min_unseen_adherence <= 1.0, "train.min_unseen_adherence", "must be in [-1, 1] (a Spearman)")
     need(0.0 <= cfg.algo.val_share < 1.0, "algo.val_share", "must be in [0, 1) (0: RL always kept)")
+    need(cfg.algo.keep_rl in ("better", "not_worse"), "algo.keep_rl",
+         f"must be better or not_worse, got {cfg.algo.keep_rl!r}")
     need(0.0 <= cfg.train.min_router_share <= 1.0, "train.min_router_share", "must be in [0, 1] (a share of the "
          "router's fall of $ per step)")
     for name in cfg.eval.presets:
@@ -179,7 +181,8 @@ def check_preference_sampling(cfg: ExperimentConfig, need) -> None:
     levels = list(a.preference_levels)
     need(not levels or (len(levels) == 4 and levels[0] > 0 and all(x < y for x, y in zip(levels, levels[1:]))),
          "agent.preference_levels", f"must be empty or four rising bounds > 0 (minimal, low, medium, high), got {levels}")
-    need(a.number_format in ("plain", "sci"), "agent.number_format", f"must be plain or sci, got {a.number_format!r}")
+    need(a.number_format in ("plain", "sci", "level"), "agent.number_format",
+         f"must be plain, sci or level, got {a.number_format!r}")
     need(a.preference_numbers or a.preference_words, "agent.preference_numbers",
          "false shows the preference only in words: set agent.preference_words=true too")
     need(a.tool_catalogue in CATALOGUES, "agent.tool_catalogue",

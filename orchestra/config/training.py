@@ -46,9 +46,11 @@ class AlgoConfig:
     # cost-heavy vectors' groups are informative far more often and would otherwise steer the shared weights)
     balance_prefs: bool = False
     # RL that cannot harm: this share of the training tasks (the last ones) is never sampled by RL; after RL the
-    # policy is played on them beside its warm start and kept only if not significantly worse (paired 95 % interval;
+    # policy is played on them beside its warm start and kept as `keep_rl` says (paired 95 % interval;
     # cluster/rl_gate.py), else the warm start is (0: off, RL always kept)
     val_share: float = 0.0
+    # better: kept only where significantly better than the warm start | not_worse: unless significantly worse
+    keep_rl: str = "not_worse"
     micro_batch_size: int = 32
     grad_clip: float = 1.0
     ppo_epochs: int = 1

@@ -1,5 +1,5 @@
-"""RL that cannot harm (cluster/rl_gate.py): the validation split is training tasks RL never samples, RL is kept unless
-significantly worse than its warm start there (paired interval on known rewards), and a run whose RL is not kept
+"""RL that cannot harm (cluster/rl_gate.py): the validation split is training tasks RL never samples, RL is kept where
+significantly better than its warm start there, or unless significantly worse (paired interval on known rewards), and a run whose RL is not kept
 serves, checkpoints and reports its warm start (a whole toy run, e2e)."""
 
 from __future__ import annotations
@@ -34,6 +34,16 @@ def test_rl_is_kept_unless_significantly_worse_on_known_rewards():
     assert rl_gate.decide({}, warm)["rl_kept"] == 1  # nothing to pair: kept, and said so
 
 
+def test_asked_to_be_better_rl_is_kept_only_where_its_interval_is_above_zero():
+    warm = rewards({"balanced": 0.50, "cost-first": 0.40})
+    same = rl_gate.decide(rewards({"balanced": 0.50, "cost-first": 0.40}), warm, "better")
+    assert same["rl_kept"] == 0 and "not significantly better" in same["line"]
+    better = rl_gate.decide(rewards({"balanced": 0.6, "cost-first": 0.5}), warm, "better")
+    assert better["rl_kept"] == 1 and better["val_rl_gain_lo"] > 0
+    with pytest.raises(ValueError, match="keep_rl"):
+        rl_gate.decide(warm, warm, "sometimes")
+
+
 def test_the_reverted_summary_reports_the_warm_starts_figures():
     s = {"after_sft": {"score": 0.4}, "after_rl": {"score": 0.3}, "sft_unseen_sweep": {"adherence": 1.0},
          "unseen_sweep": {"adherence": 0.5}}
@@ -52,7 +62,7 @@ def test_a_run_whose_rl_is_not_kept_serves_and_reports_its_warm_start(ray_cluste
     from tests.cluster.test_train import EXPECTED_VALUE, SMALL
 
     real = rl_gate.decide
-    monkeypatch.setattr(rl_gate, "decide", lambda a, b: {**real(a, b), "rl_kept": 0})  # as if RL were worse
+    monkeypatch.setattr(rl_gate, "decide", lambda a, b, k: {**real(a, b, k), "rl_kept": 0})  # as if RL were worse
     run = tmp_path / "run"
     assert main([*SMALL, *EXPECTED_VALUE, "eval.sweep=false", f"run_dir={run}"]) == 0
     out = capsys.readouterr().out
