@@ -141,34 +141,6 @@ def check_disjoint(sweep: Iterable[Preference], training: Iterable[Preference], 
                              "only vectors no training used")
 
 
-# A weight as a level (agent.number_format "level"): 20 per decade, 55 at weight 1, so each tens digit is one half
-# decade, the bins' (0.03 reads 25, 0.1 35, 0.3 45, 1 55, 3 65), and the units digit steps of 12 %. Nonzero weights
-# read as two digits (clamped to 10-99: 0.0056 and below read 10, 160 and above 99), 0 as "0", a negative one with "-".
-LEVEL_PER_DECADE, LEVEL_AT_ONE, LEVEL_MIN, LEVEL_MAX = 20, 55, 10, 99
-
-
-def level_of(x: float) -> str:
-    """The level `x` reads as: "25" for 0.03, "-35" for -0.1, "0" for 0."""
-    if x == 0:
-        return "0"
-    lv = round(LEVEL_PER_DECADE * math.log10(abs(x)) + LEVEL_AT_ONE)
-    return ("-" if x < 0 else "") + str(min(LEVEL_MAX, max(LEVEL_MIN, lv)))
-
-
-def weight_of_level(text: str) -> float:
-    """The weight a level stands for (the inverse of `level_of` up to its rounding): "25" -> 0.0316."""
-    lv = float(text)
-    if lv == 0:
-        return 0.0
-    return math.copysign(10 ** ((abs(lv) - LEVEL_AT_ONE) / LEVEL_PER_DECADE), lv)
-
-
-def readings(x: float) -> set[str]:
-    """How a weight per unit of accuracy can read in a prompt with numbers: two significant digits (sci, plain)
-    and its level."""
-    return {f"{x:.1e}", "L" + level_of(x)}
-
-
 def _sig(x: float, digits: int = 3) -> float:
     return float(f"{x:.{digits}g}")
 
@@ -177,16 +149,16 @@ def sample_range(rng: random.Random, cost: Sequence[float], latency: Sequence[fl
                  avoid: Iterable[Preference] = ()) -> Preference:
     """One vector over a range: accuracy 1, cost log-uniform in [cost[0], cost[1]], latency 0 with probability
     `latency_zero` else log-uniform in [latency[0], latency[1]] (3 significant digits). A draw whose cost weight
-    reads as that of a vector of `avoid` (the adherence sweep), whatever its latency, to two significant digits or as
-    a level (`readings`), is drawn again: the sweep stays unseen in training, and so does each of its cost weights as
-    a number the prompt shows (agent.preference_numbers, in any number format)."""
+    reads, to two significant digits, as that of a vector of `avoid` (the adherence sweep), whatever its latency, is
+    drawn again: the sweep stays unseen in training, and so does each of its cost weights as a number the prompt shows
+    (agent.preference_numbers, in either number format)."""
     avoid = list(avoid)
-    costs = set().union(*(readings(float(v.get("cost", 0.0))) for v in avoid))
+    costs = {f"{float(v.get('cost', 0.0)):.1e}" for v in avoid}
     for _ in range(100):
         pref = {"accuracy": 1.0, "cost": _sig(math.exp(rng.uniform(math.log(cost[0]), math.log(cost[1])))),
                 "latency": 0.0 if rng.random() < latency_zero else
                 _sig(math.exp(rng.uniform(math.log(latency[0]), math.log(latency[1]))))}
-        if not is_among(pref, avoid) and not readings(pref["cost"]) & costs:
+        if not is_among(pref, avoid) and f"{pref['cost']:.1e}" not in costs:
             return pref
     raise ValueError(f"sampling cost in {list(cost)}, latency in {list(latency)} hit the avoided vectors 100 times")
 

@@ -181,8 +181,7 @@ def check_preference_sampling(cfg: ExperimentConfig, need) -> None:
     levels = list(a.preference_levels)
     need(not levels or (len(levels) == 4 and levels[0] > 0 and all(x < y for x, y in zip(levels, levels[1:]))),
          "agent.preference_levels", f"must be empty or four rising bounds > 0 (minimal, low, medium, high), got {levels}")
-    need(a.number_format in ("plain", "sci", "level"), "agent.number_format",
-         f"must be plain, sci or level, got {a.number_format!r}")
+    need(a.number_format in ("plain", "sci"), "agent.number_format", f"must be plain or sci, got {a.number_format!r}")
     need(a.preference_numbers or a.preference_words, "agent.preference_numbers",
          "false shows the preference only in words: set agent.preference_words=true too")
     need(a.tool_catalogue in CATALOGUES, "agent.tool_catalogue",
