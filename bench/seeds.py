@@ -27,8 +27,8 @@ never a pass):
   seeds_min_vs_estimator_hi               smallest upper end of (policy - its estimator router) (goal >= 0)
   seeds_max_abs_vs_estimator              largest |policy - its estimator router|
   seeds_min_rl_gain_hi                    smallest upper end of the kept policy's gain over its warm start (goal >= 0)
-  seeds_rl_kept                           seeds whose RL policy was kept (algo.val_share: RL not significantly worse
-                                          than its warm start on training tasks it never sampled)
+  seeds_rl_kept                           seeds whose RL policy was kept (algo.val_share, algo.keep_rl: on cpu_tiny RL
+                                          significantly better than its warm start on training tasks it never sampled)
   seeds_rl_gain (_lo, _hi)                the kept policies' gain pooled over seeds, one paired interval
   seeds_min_hint_agreement                with route hints: the smallest held-out share copying the hint, over seeds
                                           and presets, after SFT (goal >= 0.9), and seeds_min_sft_agreement on the
