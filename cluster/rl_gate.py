@@ -25,6 +25,7 @@ from typing import Any
 import ray
 
 from cluster.heldout import paired_gain
+from orchestra.config.training import KEEP_RL
 from orchestra.types import Task
 
 WARM_START_DIR = "warm_start"
@@ -48,9 +49,6 @@ def keep_warm_start(checkpoint: Path, run_dir: Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
-
-
-KEEP_RL = ("better", "not_worse")  # algo.keep_rl
 
 
 def decide(val_rl: dict[str, Any], val_sft: dict[str, Any], keep: str = "not_worse") -> dict[str, Any]:

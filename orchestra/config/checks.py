@@ -10,7 +10,7 @@ from __future__ import annotations
 from orchestra.cascade_names import parse as parse_cascade
 from orchestra.config.agent import CATALOGUES
 from orchestra.config.schema import ConfigError, ExperimentConfig, MCPServerConfig
-from orchestra.config.training import CRITERIA, TEACHERS
+from orchestra.config.training import CRITERIA, KEEP_RL, TEACHERS
 from orchestra.preferences import (
     COST_ORDER,
     PRESETS,
@@ -128,8 +128,7 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.train.min_pref_spread >= 1.0, "train.min_pref_spread", "must be >= 1 (accuracy-first $ / cost-first $)")
     need(-1.0 <= cfg.train.min_unseen_adherence <= 1.0, "train.min_unseen_adherence", "must be in [-1, 1] (a Spearman)")
     need(0.0 <= cfg.algo.val_share < 1.0, "algo.val_share", "must be in [0, 1) (0: RL always kept)")
-    need(cfg.algo.keep_rl in ("better", "not_worse"), "algo.keep_rl",
-         f"must be better or not_worse, got {cfg.algo.keep_rl!r}")
+    need(cfg.algo.keep_rl in KEEP_RL, "algo.keep_rl", f"must be one of {KEEP_RL}, got {cfg.algo.keep_rl!r}")
     need(0.0 <= cfg.train.min_router_share <= 1.0, "train.min_router_share", "must be in [0, 1] (a share of the "
          "router's fall of $ per step)")
     for name in cfg.eval.presets:

@@ -68,6 +68,7 @@ class AlgoConfig:
 # sft.teacher's values, the registry of SFT teachers: each names the module of cluster/teachers/ that makes its
 # demonstrations (cluster/teachers/__init__.py resolves the name), so a new teacher is that file and its name here
 TEACHERS = ("random", "expected_value", "cascade")
+KEEP_RL = ("better", "not_worse")  # algo.keep_rl (cluster/rl_gate.py)
 
 
 @dataclass
