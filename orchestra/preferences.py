@@ -141,6 +141,36 @@ def check_disjoint(sweep: Iterable[Preference], training: Iterable[Preference], 
                              "only vectors no training used")
 
 
+# A weight as a level (agent.number_format "level"): 20 per decade, 55 at weight 1, one decimal, so each tens digit
+# is one half decade, the bins' (0.03 reads 24.5, 0.1 35.0, 0.3 44.5, 1 55.0, 3 64.5), and a tenth is a 1.2 % step.
+# The decimal keeps every digit pair of a level seen in training when a few exact levels are kept out (the sweep's):
+# whole levels lost every pair ending in 5 from 25 to 65 (docs/recipe.md). Nonzero weights read 10.0-99.9 (clamped:
+# 0.0056 and below read 10.0), 0 as "0", a negative weight with "-".
+LEVEL_PER_DECADE, LEVEL_AT_ONE, LEVEL_MIN, LEVEL_MAX = 20, 55, 10.0, 99.9
+
+
+def level_of(x: float) -> str:
+    """The level `x` reads as: "24.5" for 0.03, "-35.0" for -0.1, "0" for 0."""
+    if x == 0:
+        return "0"
+    lv = min(LEVEL_MAX, max(LEVEL_MIN, LEVEL_PER_DECADE * math.log10(abs(x)) + LEVEL_AT_ONE))
+    return ("-" if x < 0 else "") + f"{lv:.1f}"
+
+
+def weight_of_level(text: str) -> float:
+    """The weight a level stands for (the inverse of `level_of` up to its rounding): "24.5" -> 0.0299."""
+    lv = float(text)
+    if lv == 0:
+        return 0.0
+    return math.copysign(10 ** ((abs(lv) - LEVEL_AT_ONE) / LEVEL_PER_DECADE), lv)
+
+
+def readings(x: float) -> set[str]:
+    """How a weight per unit of accuracy can read in a prompt with numbers: two significant digits (sci, plain)
+    and its level."""
+    return {f"{x:.1e}", "L" + level_of(x)}
+
+
 def _sig(x: float, digits: int = 3) -> float:
     return float(f"{x:.{digits}g}")
 
@@ -149,16 +179,16 @@ def sample_range(rng: random.Random, cost: Sequence[float], latency: Sequence[fl
                  avoid: Iterable[Preference] = ()) -> Preference:
     """One vector over a range: accuracy 1, cost log-uniform in [cost[0], cost[1]], latency 0 with probability
     `latency_zero` else log-uniform in [latency[0], latency[1]] (3 significant digits). A draw whose cost weight
-    reads, to two significant digits, as that of a vector of `avoid` (the adherence sweep), whatever its latency, is
-    drawn again: the sweep stays unseen in training, and so does each of its cost weights as a number the prompt shows
-    (agent.preference_numbers, in either number format)."""
+    reads as that of a vector of `avoid` (the adherence sweep), whatever its latency, to two significant digits or as
+    a level (`readings`), is drawn again: the sweep stays unseen in training, and so does each of its cost weights as
+    a number the prompt shows (agent.preference_numbers, in any number format)."""
     avoid = list(avoid)
-    costs = {f"{float(v.get('cost', 0.0)):.1e}" for v in avoid}
+    costs = set().union(*(readings(float(v.get("cost", 0.0))) for v in avoid))
     for _ in range(100):
         pref = {"accuracy": 1.0, "cost": _sig(math.exp(rng.uniform(math.log(cost[0]), math.log(cost[1])))),
                 "latency": 0.0 if rng.random() < latency_zero else
                 _sig(math.exp(rng.uniform(math.log(latency[0]), math.log(latency[1]))))}
-        if not is_among(pref, avoid) and f"{pref['cost']:.1e}" not in costs:
+        if not is_among(pref, avoid) and not readings(pref["cost"]) & costs:
             return pref
     raise ValueError(f"sampling cost in {list(cost)}, latency in {list(latency)} hit the avoided vectors 100 times")
 

@@ -30,7 +30,8 @@ from typing import Any, Protocol
 from orchestra.agent import toolorchestra_format
 from orchestra.agent.consults import agree
 from orchestra.agent.hints import hint_text
-from orchestra.config.agent import CATALOGUES
+from orchestra.config.agent import CATALOGUES, NUMBER_FORMATS
+from orchestra.preferences import level_of, weight_of_level
 from orchestra.types import Preference, Task
 
 DEFAULT_SYSTEM = (
@@ -86,8 +87,8 @@ def preference_words(pref: Preference, bounds: Sequence[float] = ()) -> str:
     return "Priorities: " + ", ".join(parts) + "."
 
 
-NUMBER_FORMATS = ("plain", "sci")  # agent.number_format
 SCI_HEAD = "Preference weights per unit of accuracy: "
+LEVEL_HEAD = "Preference levels (20 a decade, 55 = 1 per unit of accuracy): "
 
 
 def sci(x: float) -> str:
@@ -108,11 +109,11 @@ def preference_text(pref: Preference, words: bool = False, numbers: bool = True,
         return "User preference: accuracy first."
     if not numbers:
         return preference_words(pref, bounds)
-    if number_format == "sci":
+    if number_format in ("sci", "level"):
         acc = pref.get("accuracy", 0.0)
         scale = acc if acc > 0 else 1.0
-        parts = [f"{k} {sci(v / scale)}" for k, v in sorted(pref.items()) if k != "accuracy"]
-        text = SCI_HEAD + ", ".join(parts) + "."
+        show, head = (sci, SCI_HEAD) if number_format == "sci" else (level_of, LEVEL_HEAD)
+        text = head + ", ".join(f"{k} {show(v / scale)}" for k, v in sorted(pref.items()) if k != "accuracy") + "."
     else:
         parts = [f"{k} {v:g}" for k, v in sorted(pref.items())]
         # Weights: higher = matters more; a negative tool weight = avoid that tool.
@@ -187,23 +188,24 @@ WEIGHTS_HEAD = "Preference weights: "
 # the line's body ends at the first period that no digit follows ("cost 0.2." ends it, "0.2" does not)
 _WEIGHTS = re.compile(re.escape(WEIGHTS_HEAD) + r"(.*?)\.(?:\s|<|$)")
 _SCI = re.compile(re.escape(SCI_HEAD) + r"(.*?)\.(?:\s|<|$)")
+_LEVEL = re.compile(re.escape(LEVEL_HEAD) + r"(.*?)\.(?:\s|<|$)")
 
 
 def parse_weights(line: str) -> Preference:
     """The vector a "Preference weights: accuracy 1, cost 0.3, latency 0." line shows (`preference_text` with
-    numbers; "Preference weights per unit of accuracy: cost 3.0e-1, latency 0." reads as accuracy 1), read back; {}
+    numbers; "Preference weights per unit of accuracy: cost 3.0e-1, latency 0." and the levels line, "... cost 44.5,
+    latency 0.", read as accuracy 1, a level as the weight it stands for), read back from the last such line; {}
     when `line` holds none."""
-    found = _WEIGHTS.findall(line)
-    per_unit = _SCI.findall(line)
-    if per_unit and (not found or line.rfind(SCI_HEAD) > line.rfind(WEIGHTS_HEAD)):
-        found, out = per_unit, {"accuracy": 1.0}
-    elif found:
-        out = {}
-    else:
+    at, pattern, head = max(((line.rfind(head), pattern, head) for head, pattern in
+                             ((WEIGHTS_HEAD, _WEIGHTS), (SCI_HEAD, _SCI), (LEVEL_HEAD, _LEVEL))), key=lambda h: h[0])
+    found = pattern.findall(line[at:]) if at >= 0 else []
+    if not found:
         return {}
+    out = {} if head == WEIGHTS_HEAD else {"accuracy": 1.0}
+    read = weight_of_level if head == LEVEL_HEAD else float
     for part in found[-1].split(", "):
         key, _, value = part.rpartition(" ")
-        out[key] = float(value)
+        out[key] = read(value)
     return out
 
 
@@ -223,7 +225,7 @@ def preference_note(prompt: str, bounds: Sequence[float] = ()) -> str:
     if at >= 0:
         note = prompt[at + len("Priorities: "):].split(".", 1)[0]
     else:
-        at = max(prompt.rfind(WEIGHTS_HEAD), prompt.rfind(SCI_HEAD))
+        at = max(prompt.rfind(WEIGHTS_HEAD), prompt.rfind(SCI_HEAD), prompt.rfind(LEVEL_HEAD))
         if at < 0:
             return ""
         note = preference_words(parse_weights(prompt[at:]), bounds)[len("Priorities: "):].rstrip(".")

@@ -8,7 +8,7 @@ orchestra/cascade_names.py), so config/ reaches nothing above the contracts."""
 from __future__ import annotations
 
 from orchestra.cascade_names import parse as parse_cascade
-from orchestra.config.agent import CATALOGUES
+from orchestra.config.agent import CATALOGUES, NUMBER_FORMATS
 from orchestra.config.schema import ConfigError, ExperimentConfig, MCPServerConfig
 from orchestra.config.training import CRITERIA, KEEP_RL, TEACHERS
 from orchestra.preferences import (
@@ -180,7 +180,8 @@ def check_preference_sampling(cfg: ExperimentConfig, need) -> None:
     levels = list(a.preference_levels)
     need(not levels or (len(levels) == 4 and levels[0] > 0 and all(x < y for x, y in zip(levels, levels[1:]))),
          "agent.preference_levels", f"must be empty or four rising bounds > 0 (minimal, low, medium, high), got {levels}")
-    need(a.number_format in ("plain", "sci"), "agent.number_format", f"must be plain or sci, got {a.number_format!r}")
+    need(a.number_format in NUMBER_FORMATS, "agent.number_format",
+         f"must be one of {', '.join(NUMBER_FORMATS)}, got {a.number_format!r}")
     need(a.preference_numbers or a.preference_words, "agent.preference_numbers",
          "false shows the preference only in words: set agent.preference_words=true too")
     need(a.tool_catalogue in CATALOGUES, "agent.tool_catalogue",

@@ -212,7 +212,7 @@ def test_make_eval_evaluates_a_checkpoint_under_the_config_it_was_trained_with(t
     adopted = adopt_run_config({"checkpoint": ckpt}, ["eval.n_tasks=3"])
     assert adopted == [f"experiment={run / 'config.yaml'}", "eval.n_tasks=3"]
     cfg = load_config(adopted)
-    assert cfg.agent.route_hints and cfg.eval.n_tasks == 3 and cfg.agent.number_format == "sci"
+    assert cfg.agent.route_hints and cfg.eval.n_tasks == 3 and cfg.agent.number_format == "level"
     assert adopt_run_config({"checkpoint": ckpt}, ["experiment=cpu_tiny"]) == ["experiment=cpu_tiny"]
     assert adopt_run_config({"checkpoint": str(tmp_path / "elsewhere")}, []) == []
     assert adopt_run_config({}, ["a=1"]) == ["a=1"]
