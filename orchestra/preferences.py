@@ -141,16 +141,18 @@ def check_disjoint(sweep: Iterable[Preference], training: Iterable[Preference], 
                              "only vectors no training used")
 
 
-# A weight as a level (agent.number_format "level"): 20 per decade, 55 at weight 1, one decimal, so each tens digit
-# is one half decade, the bins' (0.03 reads 24.5, 0.1 35.0, 0.3 44.5, 1 55.0, 3 64.5), and a tenth is a 1.2 % step.
-# The decimal keeps every digit pair of a level seen in training when a few exact levels are kept out (the sweep's):
-# whole levels lost every pair ending in 5 from 25 to 65 (docs/recipe.md). Nonzero weights read 10.0-99.9 (clamped:
-# 0.0056 and below read 10.0), 0 as "0", a negative weight with "-".
-LEVEL_PER_DECADE, LEVEL_AT_ONE, LEVEL_MIN, LEVEL_MAX = 20, 55, 10.0, 99.9
+# A weight as a level (agent.number_format "level"): 2 per decade, 5.5 at weight 1, one decimal, so each whole level
+# is one half decade, the bins' (0.03 reads 2.5, 0.1 3.5, 0.3 4.5, 1 5.5, 3 6.5), and a tenth a 12 % step. The tiny
+# tokenizer reads " 2", ".", "5": one token names the bin, the next the step within it, each seen in training with
+# every other, while the few levels kept out of training (the sweep's) are pairs of seen tokens. Whole levels on 20
+# a decade ("cost 25") were one merged token each, those kept out never seen, and one-decimal ones ("24.5") made
+# the bin a lookup over sixty tokens (docs/recipe.md). Nonzero weights read 0.1-9.9 (clamped: below 0.0004 reads
+# 0.1, above 158 reads 9.9), 0 as "0", a negative weight with "-".
+LEVEL_PER_DECADE, LEVEL_AT_ONE, LEVEL_MIN, LEVEL_MAX = 2.0, 5.5, 0.1, 9.9
 
 
 def level_of(x: float) -> str:
-    """The level `x` reads as: "24.5" for 0.03, "-35.0" for -0.1, "0" for 0."""
+    """The level `x` reads as: "2.5" for 0.03, "-3.5" for -0.1, "0" for 0."""
     if x == 0:
         return "0"
     lv = min(LEVEL_MAX, max(LEVEL_MIN, LEVEL_PER_DECADE * math.log10(abs(x)) + LEVEL_AT_ONE))
@@ -158,7 +160,7 @@ def level_of(x: float) -> str:
 
 
 def weight_of_level(text: str) -> float:
-    """The weight a level stands for (the inverse of `level_of` up to its rounding): "24.5" -> 0.0299."""
+    """The weight a level stands for (the inverse of `level_of` up to its rounding): "2.5" -> 0.0316."""
     lv = float(text)
     if lv == 0:
         return 0.0

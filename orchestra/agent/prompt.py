@@ -88,7 +88,7 @@ def preference_words(pref: Preference, bounds: Sequence[float] = ()) -> str:
 
 
 SCI_HEAD = "Preference weights per unit of accuracy: "
-LEVEL_HEAD = "Preference levels (20 a decade, 55 = 1 per unit of accuracy): "
+LEVEL_HEAD = "Preference levels (2 a decade, 5.5 = 1 per unit of accuracy): "
 
 
 def sci(x: float) -> str:
@@ -193,7 +193,7 @@ _LEVEL = re.compile(re.escape(LEVEL_HEAD) + r"(.*?)\.(?:\s|<|$)")
 
 def parse_weights(line: str) -> Preference:
     """The vector a "Preference weights: accuracy 1, cost 0.3, latency 0." line shows (`preference_text` with
-    numbers; "Preference weights per unit of accuracy: cost 3.0e-1, latency 0." and the levels line, "... cost 44.5,
+    numbers; "Preference weights per unit of accuracy: cost 3.0e-1, latency 0." and the levels line, "... cost 4.5,
     latency 0.", read as accuracy 1, a level as the weight it stands for), read back from the last such line; {}
     when `line` holds none."""
     at, pattern, head = max(((line.rfind(head), pattern, head) for head, pattern in

@@ -46,8 +46,8 @@ class AgentConfig:
     # how the numbers read: plain (the weights as given, "cost 0.347") | sci (each weight per unit of accuracy in
     # scientific notation with two significant digits, "cost 3.5e-1": one character a token, so a tiny policy reads
     # one digit, one sign and one exponent in the same places for every weight; orchestra.agent.prompt.sci) | level
-    # (each weight per unit of accuracy as a level, 20 a decade, 55 at 1, one decimal: "cost 44.5" for 0.3, whose tens
-    # digit is the weight's half decade; orchestra.preferences.level_of)
+    # (each weight per unit of accuracy as a level, 2 a decade, 5.5 at 1, one decimal: "cost 4.5" for 0.3, whose whole
+    # part is the weight's half decade, one token of the tiny tokenizer; orchestra.preferences.level_of)
     number_format: str = "plain"
     # the estimator router's suggested plan under the task's preference, shown after the preference
     # ("Router (odds high): answer answer-2.", orchestra/agent/hints.py): per-question routing a tiny policy

@@ -16,6 +16,7 @@ from orchestra.preferences import (
     SWEEP_COSTS,
     check_disjoint,
     is_among,
+    level_of,
     sample_range,
     sweep_vectors,
 )
@@ -25,7 +26,7 @@ from orchestra.routing.teacher import label_vectors, teacher_labels
 from orchestra.types import Task
 from tests.orchestra.agent.test_prompt import TOK, make_task
 
-HALF_DECADES = (0.056, 0.178, 0.56, 1.78)  # cpu_tiny's agent.preference_levels
+HALF_DECADES = (0.0562, 0.1778, 0.5623, 1.778)  # cpu_tiny's agent.preference_levels
 STRONG, CHEAP = Plan("answer-1", (("answer", "answer-1"),)), Plan("answer-2", (("answer", "answer-2"),))
 
 
@@ -75,18 +76,40 @@ def test_the_sweep_is_disjoint_from_the_presets_and_the_check_names_a_shared_vec
     assert not is_among({"accuracy": 1, "cost": 0.1, "latency": 0.2}, sweep)
 
 
+def test_weights_as_levels_read_back_and_their_tens_digit_is_the_half_decade():
+    """agent.number_format=level (cpu_tiny): each weight per unit of accuracy as a level, 2 a decade, 5.5 at 1, one
+    decimal; the note reads it back into the bins' words, and with cpu_tiny's bounds the word is the whole part's for
+    every level, so the sweep's five points read as five words though no training weight reads as any of them."""
+    from orchestra.agent.prompt import LEVEL_HEAD, parse_weights, preference_note
+    from orchestra.preferences import weight_of_level
+
+    assert [level_of(x) for x in (0.03, 0.1, 0.3, 1.0, 3.0, -0.1, 0.0, 1e-4, 500.0)] == \
+        ["2.5", "3.5", "4.5", "5.5", "6.5", "-3.5", "0", "0.1", "9.9"]
+    text = preference_text({"accuracy": 0.5, "cost": 0.15, "latency": 0.0, "tool:answer-1": -0.1}, number_format="level")
+    assert text == LEVEL_HEAD + "cost 4.5, latency 0, tool:answer-1 -4.1."
+    back = parse_weights(text + "<|im_end|>")
+    assert back["accuracy"] == 1.0 and back["latency"] == 0.0 and back["cost"] == pytest.approx(0.3162, abs=1e-3)
+    assert back["tool:answer-1"] == pytest.approx(-0.1995, abs=1e-3)
+    bounds = load_config(["experiment=cpu_tiny"]).agent.preference_levels
+    words = ["minimal", "minimal", "minimal", "low", "medium", "high", "top", "top", "top", "top"]  # by whole level
+    assert all(level(weight_of_level(f"{lv / 10:.1f}"), 1.0, bounds) == words[lv // 10] for lv in range(1, 100))
+    notes = [preference_note(preference_text(v, number_format="level") + "<", bounds) for v in sweep_vectors().values()]
+    assert notes == [f"<think>cost {w}, latency none</think>" for w in ("minimal", "low", "medium", "high", "top")]
+
+
 def test_range_draws_stay_in_range_and_are_redrawn_off_the_sweep():
     rng = random.Random(0)
     draws = [sample_range(rng, (0.01, 10.0), (0.1, 3.0), 0.5) for _ in range(400)]
     assert all(d["accuracy"] == 1.0 and 0.01 <= d["cost"] <= 10.0 for d in draws)
     assert 0.35 < np.mean([d["latency"] == 0 for d in draws]) < 0.65
     assert all(d["latency"] == 0 or 0.1 <= d["latency"] <= 3.0 for d in draws)
-    # a range around a sweep weight: the draws that read as 0.1 to two significant digits (0.0995-0.105, as the prompt
-    # shows a weight in either number format) are drawn again, whatever their latency
+    # a range around a sweep weight: the draws that read as 0.1 to two significant digits (0.0995-0.105) or as its
+    # level (3.5), as the prompt shows a weight in any number format, are drawn again, whatever their latency
     rng = random.Random(1)
     near = [sample_range(rng, (0.09, 0.11), (0.1, 3.0), 0.5, avoid=sweep_vectors().values()) for _ in range(200)]
     assert not any(is_among(d, sweep_vectors().values()) for d in near)
     assert not any(f"{d['cost']:.1e}" == "1.0e-01" for d in near) and min(d["cost"] for d in near) < 0.0995
+    assert not any(level_of(d["cost"]) == "3.5" for d in near)  # nor as 0.1's level (0.0944-0.106)
     with pytest.raises(ValueError, match="avoided"):
         sample_range(random.Random(2), (0.1, 0.1), (0.1, 3.0), 1.0, avoid=sweep_vectors().values())
 
