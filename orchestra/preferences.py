@@ -146,7 +146,7 @@ def check_disjoint(sweep: Iterable[Preference], training: Iterable[Preference], 
 # tokenizer reads " 2", ".", "5": one token names the bin, the next the step within it, each seen in training with
 # every other, while the few levels kept out of training (the sweep's) are pairs of seen tokens. Whole levels on 20
 # a decade ("cost 25") were one merged token each, those kept out never seen, and one-decimal ones ("24.5") made
-# the bin a lookup over sixty tokens (docs/recipe.md). Nonzero weights read 0.1-9.9 (clamped: below 0.0004 reads
+# the bin a lookup over sixty tokens (docs/recipe.md). Nonzero weights read 0.1-9.9 (clamped: below 0.002 reads
 # 0.1, above 158 reads 9.9), 0 as "0", a negative weight with "-".
 LEVEL_PER_DECADE, LEVEL_AT_ONE, LEVEL_MIN, LEVEL_MAX = 2.0, 5.5, 0.1, 9.9
 
