@@ -186,9 +186,14 @@ def restatement(prompt: str, tool: str) -> str:
 
 WEIGHTS_HEAD = "Preference weights: "
 # the line's body ends at the first period that no digit follows ("cost 0.2." ends it, "0.2" does not)
-_WEIGHTS = re.compile(re.escape(WEIGHTS_HEAD) + r"(.*?)\.(?:\s|<|$)")
-_SCI = re.compile(re.escape(SCI_HEAD) + r"(.*?)\.(?:\s|<|$)")
-_LEVEL = re.compile(re.escape(LEVEL_HEAD) + r"(.*?)\.(?:\s|<|$)")
+# each weights line a prompt can show: (head, its body's pattern, how a value reads back as a weight)
+_LINES = tuple((head, re.compile(re.escape(head) + r"(.*?)\.(?:\s|<|$)"), read) for head, read in
+               ((WEIGHTS_HEAD, float), (SCI_HEAD, float), (LEVEL_HEAD, weight_of_level)))
+
+
+def _last_line_at(text: str) -> int:
+    """Where the last weights line of `text` starts (-1: none)."""
+    return max(text.rfind(head) for head, _, _ in _LINES)
 
 
 def parse_weights(line: str) -> Preference:
@@ -196,13 +201,14 @@ def parse_weights(line: str) -> Preference:
     numbers; "Preference weights per unit of accuracy: cost 3.0e-1, latency 0." and the levels line, "... cost 4.5,
     latency 0.", read as accuracy 1, a level as the weight it stands for), read back from the last such line; {}
     when `line` holds none."""
-    at, pattern, head = max(((line.rfind(head), pattern, head) for head, pattern in
-                             ((WEIGHTS_HEAD, _WEIGHTS), (SCI_HEAD, _SCI), (LEVEL_HEAD, _LEVEL))), key=lambda h: h[0])
-    found = pattern.findall(line[at:]) if at >= 0 else []
+    at = _last_line_at(line)
+    if at < 0:
+        return {}
+    head, pattern, read = next(entry for entry in _LINES if line.startswith(entry[0], at))
+    found = pattern.findall(line[at:])
     if not found:
         return {}
     out = {} if head == WEIGHTS_HEAD else {"accuracy": 1.0}
-    read = weight_of_level if head == LEVEL_HEAD else float
     for part in found[-1].split(", "):
         key, _, value = part.rpartition(" ")
         out[key] = read(value)
@@ -225,7 +231,7 @@ def preference_note(prompt: str, bounds: Sequence[float] = ()) -> str:
     if at >= 0:
         note = prompt[at + len("Priorities: "):].split(".", 1)[0]
     else:
-        at = max(prompt.rfind(WEIGHTS_HEAD), prompt.rfind(SCI_HEAD), prompt.rfind(LEVEL_HEAD))
+        at = _last_line_at(prompt)
         if at < 0:
             return ""
         note = preference_words(parse_weights(prompt[at:]), bounds)[len("Priorities: "):].rstrip(".")

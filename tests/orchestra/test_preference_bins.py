@@ -76,7 +76,7 @@ def test_the_sweep_is_disjoint_from_the_presets_and_the_check_names_a_shared_vec
     assert not is_among({"accuracy": 1, "cost": 0.1, "latency": 0.2}, sweep)
 
 
-def test_weights_as_levels_read_back_and_their_tens_digit_is_the_half_decade():
+def test_weights_as_levels_read_back_and_their_whole_part_is_the_half_decade():
     """agent.number_format=level (cpu_tiny): each weight per unit of accuracy as a level, 2 a decade, 5.5 at 1, one
     decimal; the note reads it back into the bins' words, and with cpu_tiny's bounds the word is the whole part's for
     every level, so the sweep's five points read as five words though no training weight reads as any of them."""
