@@ -36,8 +36,12 @@ Always: rlimits set in the child (CPU seconds, address space, file size, process
 timeout that kills the whole process group (and with it the pid namespace), an environment reduced to
 PATH, LANG, HOME so no API key reaches the code, and stdout/stderr read incrementally with a cap
 (tools/sandbox_process.py), so a run printing 100 MB never holds more than the cap in memory. The tool bills
-wall seconds x price_per_second; retries, queueing and concurrency limits are the tool server's
-(actors/tool_server.py).
+wall seconds x price_per_second; retries and the calls in flight are the tool server's (actors/tool_server.py).
+At most `max_parallel` runs at once per sandbox (default: one per CPU this process may use); the rest wait, and a
+run's wall clock, its timeout's and its bill's, starts when its turn comes. Why: the tool server lets 64 calls in,
+and 64 interpreters at once on 2 cores took 5-7 s each for `print(1)`, so code that runs in 0.06 s alone timed out
+at 10 s under load: whether an observation read "timed out" depended on the machine's load, and two runs of one
+seed trained on different demonstrations (docs/recipe.md, "Reproducible runs").
 """
 
 from __future__ import annotations
@@ -97,6 +101,7 @@ class SandboxRun:
     truncated: bool = False
     error: str | None = None  # the sandbox itself failed (could not start, or refused), not the user's code
     seccomp: bool = False  # the syscall filter was loaded
+    queue_s: float = 0.0  # waited for a free slot (max_parallel) before the run and its clock started
 
     @property
     def ok(self) -> bool:
@@ -110,12 +115,15 @@ class Sandbox:
                  max_open_files: int = 64, wall_timeout_s: float = 10.0, max_output_chars: int = 4000,
                  price_per_second: float = 0.0, allow_unconfined: bool = False, *, use_bwrap: bool = True,
                  use_unshare: bool = True, use_seccomp: bool = True, python: str = "", tmp_size_mb: int = 64,
-                 uid_base: int = 100_000, denied_errno: int = errno.EPERM):
+                 uid_base: int = 100_000, denied_errno: int = errno.EPERM, max_parallel: int = 0):
         """`allow_unconfined` lets code run (with a warning) where the full isolation cannot be had; without it
         such a sandbox refuses. `use_bwrap` / `use_unshare` / `use_seccomp` False force the weaker modes (tests,
         hosts where they misbehave). `python` defaults to this interpreter, so sandboxed code sees the project's
         packages (numpy, sympy). `denied_errno` is what filtered calls return: tests pick one no kernel would,
-        to tell the filter's denials from the kernel's own EPERM."""
+        to tell the filter's denials from the kernel's own EPERM. `max_parallel`: runs at once (0: one per CPU
+        this process may use)."""
+        if max_parallel < 0:
+            raise ValueError(f"sandbox max_parallel must be >= 0 (0: one per CPU), got {max_parallel}")
         if cpu_seconds <= 0 or memory_mb <= 0 or wall_timeout_s <= 0 or max_processes <= 0:
             raise ValueError("sandbox limits must be positive")
         if price_per_second < 0:
@@ -132,6 +140,8 @@ class Sandbox:
         self._shortfall: str | None = None  # what is missing from the full isolation (None: nothing)
         self._filter_error = ""  # why there is no syscall filter ("" while there is one)
         self._bpf_program: bytes | None = None  # what bwrap's --seccomp loads, once chosen
+        self.max_parallel = int(max_parallel) or len(os.sched_getaffinity(0))
+        self._slots: dict[Any, asyncio.Semaphore] = {}  # per event loop: a semaphore is bound to the loop it ran on
 
     @classmethod
     def from_config(cls, cfg: Any, **kw) -> Sandbox:
@@ -139,7 +149,7 @@ class Sandbox:
         names = ("cpu_seconds", "memory_mb", "file_size_mb", "max_processes", "max_open_files", "wall_timeout_s",
                  "max_output_chars", "price_per_second")
         return cls(**{n: getattr(cfg, n) for n in names}, allow_unconfined=getattr(cfg, "allow_unconfined", False),
-                   **kw)
+                   max_parallel=getattr(cfg, "max_parallel", 0), **kw)
 
     # -- choosing the isolation -------------------------------------------------------------------------
     @property
@@ -279,7 +289,19 @@ class Sandbox:
         return argv, scrubbed_env(workdir), workdir, self._limits(nproc, uid, self._child_filter(iso))
 
     async def run(self, code: str) -> SandboxRun:
-        """Run `code`; never raises for anything the code does (the result says what happened)."""
+        """Run `code` once a slot is free (`max_parallel`); never raises for anything the code does (the result
+        says what happened, and how long it waited for its slot)."""
+        loop = asyncio.get_running_loop()
+        slots = self._slots.get(loop)
+        if slots is None:
+            self._slots = {loop: (slots := asyncio.Semaphore(self.max_parallel))}  # a finished loop's is dropped
+        queued = time.perf_counter()
+        async with slots:
+            run = await self._run(code)
+        run.queue_s = max(0.0, time.perf_counter() - queued - run.wall_s)
+        return run
+
+    async def _run(self, code: str) -> SandboxRun:
         start = time.perf_counter()
         # The first run probes bwrap/unshare (blocking subprocesses): keep that off the event loop.
         iso = self._isolation or await asyncio.to_thread(lambda: self.isolation)

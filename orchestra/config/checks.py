@@ -49,6 +49,7 @@ def validate(cfg: ExperimentConfig) -> None:
     need(cfg.engine.prefix_cache_mb >= 0, "engine.prefix_cache_mb", "must be >= 0 (0: no KV kept between turns)")
     need(cfg.engine.join_every >= 0, "engine.join_every", "must be >= 0 (0: static batching)")
     need(cfg.engine.prefill_chunk_tokens >= 0, "engine.prefill_chunk_tokens", "must be >= 0 (0: one forward)")
+    need(cfg.zoo.sandbox.max_parallel >= 0, "zoo.sandbox.max_parallel", "must be >= 0 (0: one per CPU)")
     need(cfg.reward.unanswered_penalty >= 0, "reward.unanswered_penalty", "must be >= 0 (it is subtracted)")
     need(cfg.reward.unanswered_penalty == 0 or cfg.reward.rubric == "scalar", "reward.unanswered_penalty",
          "is a term of the scalar rubric only; set reward=scalar or leave it 0")

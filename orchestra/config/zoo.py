@@ -37,6 +37,9 @@ class SandboxConfig:
     wall_timeout_s: float = 10.0
     max_output_chars: int = 4000
     price_per_second: float = 0.0
+    # runs at once per sandbox (0: one per CPU the tool server may use); the rest queue, their wall clock (timeout,
+    # bill) starting at their turn, so whether code times out does not depend on how many calls came at once
+    max_parallel: int = 0
     # Run model-written code even where bubblewrap or its syscall filter is missing, under a weaker isolation
     # (tools/sandbox.py says what each lacks), warned at every start. Off: such a host refuses to run code, so
     # nothing silently weakens the one boundary the sandbox promises.

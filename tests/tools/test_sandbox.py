@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -172,6 +173,18 @@ async def test_wall_timeout_kills_sleeper():
     assert "start" in run.stdout
 
 
+async def test_runs_wait_for_a_slot_and_their_clock_starts_there():
+    # three 0.6 s runs through one slot take ~1.8 s, yet none reaches its 1.5 s timeout: how many calls came at
+    # once (the machine's load) must not decide whether code times out
+    sb = Sandbox(wall_timeout_s=1.5, max_parallel=1, allow_unconfined=True)
+    start = time.perf_counter()
+    runs = await asyncio.gather(*[sb.run("import time; time.sleep(0.6); print('done')") for _ in range(3)])
+    assert time.perf_counter() - start >= 1.8
+    assert all(r.ok and r.stdout.strip() == "done" and r.wall_s < 1.5 for r in runs), runs
+    assert max(r.queue_s for r in runs) >= 1.1 and min(r.queue_s for r in runs) < 0.5
+    assert Sandbox().max_parallel == len(os.sched_getaffinity(0))  # default: one per CPU this process may use
+
+
 async def test_python_tool_result_and_cost():
     tool = PythonTool(price_per_second=0.5, wall_timeout_s=5, allow_unconfined=True)  # any isolation bills alike
     res = await tool.call({"code": "print(6 * 7)\nimport sys; print('warn', file=sys.stderr)"}, _ctx())
@@ -255,6 +268,8 @@ def test_bad_limits_rejected():
         Sandbox(cpu_seconds=0)
     with pytest.raises(ValueError):
         Sandbox(price_per_second=-1)
+    with pytest.raises(ValueError, match="max_parallel"):
+        Sandbox(max_parallel=-1)
 
 
 def test_resolve_records_the_symlink_chain(tmp_path):
