@@ -47,8 +47,8 @@ class PythonTool:
         billed = min(run.wall_s, self.sandbox.wall_timeout_s)  # never above cost_bound
         output = run.stdout + (("\n[stderr]\n" + run.stderr) if run.stderr.strip() else "")
         meta = {"isolation": run.isolation, "seccomp": run.seccomp, "exit_code": run.exit_code,
-                "timed_out": run.timed_out, "truncated": run.truncated, "wall_s": run.wall_s, "queue_s": run.queue_s,
-                "code_output": output}
+                "timed_out": run.timed_out, "truncated": run.truncated, "wall_s": run.wall_s,
+                "sandbox_queue_s": run.queue_s, "code_output": output}
         cost = billed * self.sandbox.price_per_second
         if run.error:
             return ToolResult.failure(f"python: {run.error}", latency_s=run.wall_s, meta=meta)
