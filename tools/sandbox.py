@@ -141,7 +141,7 @@ class Sandbox:
         self._filter_error = ""  # why there is no syscall filter ("" while there is one)
         self._bpf_program: bytes | None = None  # what bwrap's --seccomp loads, once chosen
         self.max_parallel = int(max_parallel) or len(os.sched_getaffinity(0))
-        self._slots: dict[Any, asyncio.Semaphore] = {}  # per event loop: a semaphore is bound to the loop it ran on
+        self._slots: tuple[Any, asyncio.Semaphore] | None = None  # (event loop, its semaphore): bound to one loop
 
     @classmethod
     def from_config(cls, cfg: Any, **kw) -> Sandbox:
@@ -292,13 +292,13 @@ class Sandbox:
         """Run `code` once a slot is free (`max_parallel`); never raises for anything the code does (the result
         says what happened, and how long it waited for its slot)."""
         loop = asyncio.get_running_loop()
-        slots = self._slots.get(loop)
-        if slots is None:
-            self._slots = {loop: (slots := asyncio.Semaphore(self.max_parallel))}  # a finished loop's is dropped
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self.max_parallel))
         queued = time.perf_counter()
-        async with slots:
+        async with self._slots[1]:
+            waited = time.perf_counter() - queued
             run = await self._run(code)
-        run.queue_s = max(0.0, time.perf_counter() - queued - run.wall_s)
+        run.queue_s = waited
         return run
 
     async def _run(self, code: str) -> SandboxRun:
