@@ -1,8 +1,9 @@
 """The run's verdict (orchestra/eval/verdict.py) on summaries shaped as cluster/trainer.py writes them: a policy whose
-$ falls with its router's at every step passes; a flat middle fails (rank adherence passed it); a fall the router
-itself does not make is not asked; nan fails every figure; the phase is named by the warm start's own figures; an
-SFT stopped at its step cap below its goal, or that recorded no check of its goal, fails on its own; what was not
-measured is never passed; the verdict lists what it judged."""
+$ falls with its router's at every step passes; a flat middle fails (rank adherence passed it), and so does a flat
+top (the cumulative rule alone passed it); a fall the router itself does not make is not asked; nan fails every
+figure; the phase is named by the warm start's own figures; an SFT stopped at its step cap below its goal, or that
+recorded no check of its goal, fails on its own; what was not measured is never passed; the verdict lists what it
+judged."""
 
 from __future__ import annotations
 
@@ -52,8 +53,10 @@ def test_a_flat_middle_fails_where_rank_adherence_passed_it():
     s["unseen_sweep"]["adherence"] = 0.97  # what bd00958's verdict read, and passed
     v = verdict(s, Goals())
     assert v.follows is False and v.lost_in == "sft"
-    assert [p.split(" $")[0] for p in v.problems] == ["unseen sweep: from cost 0.03 to cost 0.1",
-                                                     "unseen sweep: from cost 0.03 to cost 0.3",
+    assert [p.split(" $")[0] for p in v.problems] == ["unseen sweep: from cost 0.03 to cost 0.1",  # each step
+                                                     "unseen sweep: from cost 0.1 to cost 0.3",
+                                                     "unseen sweep: from cost 0.3 to cost 1",
+                                                     "unseen sweep: from cost 0.03 to cost 0.3",  # and the way
                                                      "unseen sweep: from cost 0.03 to cost 1"]
     assert "lost in the warm start (SFT)" in "\n".join(report(v, s))
 
@@ -65,6 +68,21 @@ def test_a_policy_at_its_floor_a_step_before_its_router_is_not_asked_to_fall_fur
     router = [0.0066, 0.0038, 0.0023, 0.00074, 0.00026]
     assert verdict(run(rl_sweep=early, router_sweep=router), Goals()).follows is True
     assert verdict(run(rl_sweep=[*early[:4], 0.00031], router_sweep=router), Goals()).follows is False
+
+
+def test_a_flat_stretch_at_the_top_fails_where_the_cumulative_rule_passed_it():
+    """Seed 4 at 70852cd (draw 69): 0.623 · 0.245 · 0.099 · 0.099 · 0.099 ¢, one route for the three highest weights
+    while its router fell 2.9x and 2.4x. Each point's fall from the first passed (1.84 >= 0.33 x 2.98); the steps do
+    not: each must fall a third of its router's step or already spend no more than its router there."""
+    router = [0.005663, 0.003091, 0.002034, 0.0007, 0.000286]
+    flat_top = [0.00623, 0.00245, 0.00099, 0.00099, 0.00099]
+    v = verdict(run(rl_sweep=flat_top, sft_sweep=flat_top, router_sweep=router), Goals())
+    assert v.follows is False and v.lost_in == "sft"
+    assert [p.split(" $")[0] for p in v.problems] == ["unseen sweep: from cost 0.3 to cost 1",
+                                                     "unseen sweep: from cost 1 to cost 3"]
+    assert "goal >= 0.36 (0.33 of its router's step 1.07) or at most its router's 0.0700 ¢ there" in v.problems[0]
+    at_router = [0.00623, 0.00245, 0.00099, 0.0007, 0.000286]  # flat nowhere: down to its router's $ at 1 and 3
+    assert verdict(run(rl_sweep=at_router, router_sweep=router), Goals()).follows is True
 
 
 def test_a_fall_the_router_does_not_make_is_not_asked():
