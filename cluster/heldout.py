@@ -94,7 +94,7 @@ def summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task
         name = uid_pref[r.uid]
         parts[name][0].append(r)
         parts[name][1].append(s)
-    by_pref = {p: _summary(rs, ss, tasks) for p, (rs, ss) in parts.items() if rs}
+    by_pref = {p: {**_summary(rs, ss, tasks), "task_usd": task_usd(rs, ss)} for p, (rs, ss) in parts.items() if rs}
     out = _summary(results, scored, tasks)
     out["rewards"] = [{"pref": uid_pref[r.uid], "task": r.traj.task_id, "reward": s.reward}
                       for r, s in zip(results, scored, strict=True)]
@@ -196,8 +196,21 @@ def sweep_summary(results: list[EpisodeResult], scored: list[Scored], requests: 
     records = [{"policy": "orchestrator", "preference": f"{PREFIX}{weight[r.uid]:g}", "cost_usd": s.cost_usd,
                 "correct": s.correct} for r, s in zip(results, scored, strict=True)]
     points = sweep_points(records, "orchestrator")
-    return {"adherence": adherence_of(points), "points": [{"cost_weight": w, "cost_usd": c, "accuracy": a}
-                                                          for w, c, a in points]}
+    at: dict[float, tuple[list[EpisodeResult], list[Scored]]] = {}
+    for r, s in zip(results, scored, strict=True):
+        w = float(f"{weight[r.uid]:g}")  # the point's weight as sweep_points reads it back
+        at.setdefault(w, ([], []))[0].append(r)
+        at[w][1].append(s)
+    return {"adherence": adherence_of(points), "points": [
+        {"cost_weight": w, "cost_usd": c, "accuracy": a, "task_usd": task_usd(*at[w])} for w, c, a in points]}
+
+
+def task_usd(results: list[EpisodeResult], scored: list[Scored]) -> dict[str, float]:
+    """Mean $ per task id (a task's seeds averaged): what the verdict's per-step rule pairs across preferences."""
+    costs: dict[str, list[float]] = {}
+    for r, s in zip(results, scored, strict=True):
+        costs.setdefault(r.traj.task_id, []).append(s.cost_usd)
+    return {k: mean(v) for k, v in costs.items()}
 
 
 def _summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task]) -> dict[str, Any]:

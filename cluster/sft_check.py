@@ -78,20 +78,16 @@ def train_check(cfg: Any, train: list[Task], step: int, rollout: Callable[..., l
         below += [f"{v:.0%} hint agreement under {k} (goal {goal:.0%})" for k, v in shares.items() if v < goal]
     if "follows" in what:
         name_of = preset_of(reqs, prefs) if len(prefs) > 1 else {}
-        by_pref: dict[str, list[float]] = {}
-        for r in results:
-            by_pref.setdefault(name_of.get(r.traj.uid, ""), []).append(r.traj.cost_usd)
-        spend = {p: mean(v) for p, v in by_pref.items()}
-        on_rungs: dict[str, list[float]] = {}
-        for q, r in zip(reqs_ladder, on_ladder, strict=True):
-            on_rungs.setdefault(f"{PREFIX}{q['task']['pref']['cost']:g}", []).append(r.traj.cost_usd)
-        rungs = {k: mean(v) for k, v in on_rungs.items()}
+        by_pref, pref_tasks = spent([(name_of.get(r.traj.uid, ""), r) for r in results])
+        rungs, rung_tasks = spent([(f"{PREFIX}{q['task']['pref']['cost']:g}", r)
+                                   for q, r in zip(reqs_ladder, on_ladder, strict=True)])
         walked = adherence_of(sweep_points([{"policy": "p", "preference": k, "cost_usd": v, "correct": False}
                                             for k, v in rungs.items()], "p"))
         theirs = router({**{p: preset(p) for p in prefs}, **ladder}) if router else None
-        presets_c = preset_curve({"by_pref": {p: {"cost_usd": v} for p, v in spend.items()}},
+        mine = {p: {"cost_usd": v, "task_usd": pref_tasks[p]} for p, v in by_pref.items()}
+        presets_c = preset_curve({"by_pref": mine},
                                  {"by_pref": {p: {"cost_usd": theirs[p]} for p in prefs}} if theirs else None)
-        ladder_c = ladder_curve(rungs, theirs, list(ladder))
+        ladder_c = ladder_curve(rungs, theirs, list(ladder), rung_tasks)
         found, judged = problems(presets_c, ladder_c, goals, walked)
         curve = presets_c.policy if presets_c else []
         spread = curve[0] / curve[-1] if curve and curve[-1] > 0 else float("nan")
@@ -102,6 +98,16 @@ def train_check(cfg: Any, train: list[Task], step: int, rollout: Callable[..., l
         below += found
     out.update(passed=not below, line="; ".join(lines), below="; ".join(below))
     return out
+
+
+def spent(named: list[tuple[str, EpisodeResult]]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """(mean $ per name, the $ per task id per name: a task's episodes averaged) of (name, episode) pairs: what the
+    verdict's per-step rule pairs over."""
+    costs: dict[str, dict[str, list[float]]] = {}
+    for name, r in named:
+        costs.setdefault(name, {}).setdefault(r.traj.task_id, []).append(r.traj.cost_usd)
+    means = {k: mean(c for v in t.values() for c in v) for k, t in costs.items()}
+    return means, {k: {task: mean(v) for task, v in t.items()} for k, t in costs.items()}
 
 
 def checker(trainer: Any, what: list[str]) -> Callable[[int], dict[str, Any]]:

@@ -6,8 +6,10 @@ Intervals come from scipy, never from a normal approximation (which gives imposs
 `bootstrap_ci` for means of continuous values (scipy.stats.bootstrap, BCa, fixed seed), `interval` picks the
 right one, and `paired_bootstrap_diff` is the interval of a mean difference between two policies on the same
 tasks (per-task differences resampled together; `paired_records` pairs evaluator records), which every gain a
-report or bench/quality.py prints should carry. `summarize` gives per-row means with their intervals from the runner's episode records (`<key>_lo`,
-`<key>_hi`, and `<key>_ci`, half the interval's width, for callers that draw ± bars); `frontier` /
+report or bench/quality.py prints should carry; `paired_log_fall` the interval of the fall of $ between two
+preferences on the same tasks (the verdict's steps). `summarize` gives per-row means with their intervals from the
+runner's episode records (`<key>_lo`, `<key>_hi`, and `<key>_ci`, half the interval's width, for callers that draw
+± bars); `frontier` /
 `on_frontier` / `frontier_accuracy` say where a policy sits against the fixed routers.
 """
 
@@ -120,6 +122,39 @@ def paired_bootstrap_diff(a: Sequence[float], b: Sequence[float], groups: Sequen
     lo, hi = bootstrap_ci(d, level, seed, n_resamples)
     diff = float(d.mean()) if len(d) else float("nan")
     return {"diff": diff, "lo": lo, "hi": hi, "n": float(len(d)), "excludes_zero": float(lo > 0 or hi < 0)}
+
+
+def paired_log_fall(before: dict[str, float], after: dict[str, float], level: float = LEVEL, seed: int = SEED,
+                    n_resamples: int = RESAMPLES) -> tuple[float, float, float]:
+    """(estimate, lo, hi) of ln(mean before / mean after) over the tasks both dicts hold (task id -> mean $ at
+    two points of one curve): the fall of $ between two preferences on the same tasks, its interval a paired
+    percentile bootstrap (scipy.stats.bootstrap, seeded; tasks resampled together, so what a task costs at both
+    points cancels). Identical $ on every task give (0, 0, 0): no resample can show a fall; $0 after (before) gives
+    inf (-inf) at all three, as the means do; nan where no task is shared or a $ is nan or negative."""
+    from scipy.stats import bootstrap
+
+    both = sorted(set(before) & set(after))
+    x, y = (np.array([d[k] for k in both], dtype=float) for d in (before, after))
+    if not both or not (np.all(x >= 0) and np.all(y >= 0)):  # nan fails the comparison too
+        return float("nan"), float("nan"), float("nan")
+    if np.array_equal(x, y):
+        return 0.0, 0.0, 0.0
+    if not (x.mean() > 0 and y.mean() > 0):
+        edge = math.inf if y.mean() == 0 else -math.inf
+        return edge, edge, edge
+    est = float(math.log(x.mean() / y.mean()))
+    if len(both) < 2:  # one task: nothing to resample
+        return est, est, est
+
+    def fall(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(np.mean(a, axis=axis) / np.mean(b, axis=axis))
+
+    res = bootstrap((x, y), fall, paired=True, vectorized=True, confidence_level=level, n_resamples=n_resamples,
+                    method="percentile", rng=np.random.default_rng(seed))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    # a resample whose after-mean is $0 falls infinitely: an unbounded upper end, never a nan
+    return est, min(lo, est) if not math.isnan(lo) else est, max(hi, est) if not math.isnan(hi) else math.inf
 
 
 def paired_records(records: list[dict[str, Any]], a: tuple[str, str | None], b: tuple[str, str | None],
