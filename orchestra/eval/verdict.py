@@ -100,9 +100,10 @@ class Curve:
 
 
 def step_problems(c: Curve, goals: Goals) -> tuple[list[str], str]:
-    """(a line per failing point, the figure as judged) of one curve: with router figures, no step rises (unless the
-    router's does: then by at most `share` of its rise) and at every point the fall from the curve's first point is
-    at least `share` of the router's fall to the same point; without, $ falls strictly at every step ($0 to $0
+    """(a line per failing step or point, the figure as judged) of one curve: with router figures, no step rises
+    (unless the router's does: then by at most `share` of its rise), each step falls `share` of the router's step
+    within its interval (or ends at or below the router's $), and from the curve's first point to each point after
+    its first step the fall is at least `share` of the router's; without, $ falls strictly at every step ($0 to $0
     excepted)."""
     steps = [log_fall(a, b) for a, b in zip(c.policy, c.policy[1:])]
     shown = " · ".join(f"{100 * x:.4f}" for x in c.policy)
