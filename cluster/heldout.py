@@ -30,7 +30,7 @@ from typing import Any
 
 from actors.rollout_worker import EpisodeResult
 from orchestra.agent.hints import suggestion
-from orchestra.eval.adherence import PREFIX, check_unseen, sweep_points, sweep_preferences
+from orchestra.eval.adherence import PREFIX, check_unseen, sweep_points, sweep_preferences, task_costs
 from orchestra.eval.adherence import adherence as adherence_of
 from orchestra.eval.escalation import escalation
 from orchestra.preferences import (
@@ -94,7 +94,9 @@ def summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task
         name = uid_pref[r.uid]
         parts[name][0].append(r)
         parts[name][1].append(s)
-    by_pref = {p: {**_summary(rs, ss, tasks), "task_usd": task_usd(rs, ss)} for p, (rs, ss) in parts.items() if rs}
+    per_task = task_costs([{"policy": "", "preference": uid_pref[r.uid], "task_id": r.traj.task_id,
+                            "cost_usd": s.cost_usd} for r, s in zip(results, scored, strict=True)], "")
+    by_pref = {p: {**_summary(rs, ss, tasks), "task_usd": per_task[p]} for p, (rs, ss) in parts.items() if rs}
     out = _summary(results, scored, tasks)
     out["rewards"] = [{"pref": uid_pref[r.uid], "task": r.traj.task_id, "reward": s.reward}
                       for r, s in zip(results, scored, strict=True)]
@@ -193,24 +195,11 @@ def sweep_summary(results: list[EpisodeResult], scored: list[Scored], requests: 
                   ) -> dict[str, Any]:
     """The sweep's points (cost weight, mean $, accuracy) and `adherence` (orchestra/eval/adherence.py)."""
     weight = {q["uid"]: q["task"]["pref"]["cost"] for q in requests}
-    records = [{"policy": "orchestrator", "preference": f"{PREFIX}{weight[r.uid]:g}", "cost_usd": s.cost_usd,
-                "correct": s.correct} for r, s in zip(results, scored, strict=True)]
-    points = sweep_points(records, "orchestrator")
-    at: dict[float, tuple[list[EpisodeResult], list[Scored]]] = {}
-    for r, s in zip(results, scored, strict=True):
-        w = float(f"{weight[r.uid]:g}")  # the point's weight as sweep_points reads it back
-        at.setdefault(w, ([], []))[0].append(r)
-        at[w][1].append(s)
+    records = [{"policy": "orchestrator", "preference": f"{PREFIX}{weight[r.uid]:g}", "task_id": r.traj.task_id,
+                "cost_usd": s.cost_usd, "correct": s.correct} for r, s in zip(results, scored, strict=True)]
+    points, per_task = sweep_points(records, "orchestrator"), task_costs(records, "orchestrator")
     return {"adherence": adherence_of(points), "points": [
-        {"cost_weight": w, "cost_usd": c, "accuracy": a, "task_usd": task_usd(*at[w])} for w, c, a in points]}
-
-
-def task_usd(results: list[EpisodeResult], scored: list[Scored]) -> dict[str, float]:
-    """Mean $ per task id (a task's seeds averaged): what the verdict's per-step rule pairs across preferences."""
-    costs: dict[str, list[float]] = {}
-    for r, s in zip(results, scored, strict=True):
-        costs.setdefault(r.traj.task_id, []).append(s.cost_usd)
-    return {k: mean(v) for k, v in costs.items()}
+        {"cost_weight": w, "cost_usd": c, "accuracy": a, "task_usd": per_task[f"{PREFIX}{w:g}"]} for w, c, a in points]}
 
 
 def _summary(results: list[EpisodeResult], scored: list[Scored], tasks: list[Task]) -> dict[str, Any]:

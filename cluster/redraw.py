@@ -23,26 +23,20 @@ OWN = ("heldout_seed", "n")
 
 def evaluation(records: list[dict[str, Any]], policy: str, presets: list[str]) -> dict[str, Any]:
     """{by_pref: {preset: accuracy, cost_usd}}, the sweep's {points, adherence}: one policy's records."""
-    from orchestra.eval.adherence import PREFIX, adherence, sweep_points
+    from orchestra.eval.adherence import PREFIX, adherence, sweep_points, task_costs
 
-    def task_usd(pref: str) -> dict[str, float]:  # what the verdict's per-step rule pairs across preferences
-        costs: dict[str, list[float]] = {}
-        for r in records:
-            if r["policy"] == policy and r["preference"] == pref:
-                costs.setdefault(str(r["task_id"]), []).append(float(r["cost_usd"]))
-        return {k: mean(v) for k, v in costs.items()}
-
+    per_task = task_costs(records, policy)
     by_pref = {}
     for p in presets:
         rs = [r for r in records if r["policy"] == policy and r["preference"] == p]
         if rs:
             by_pref[p] = {"accuracy": mean(float(r["correct"]) for r in rs),
                           "cost_usd": mean(float(r["cost_usd"]) for r in rs), "episodes": len(rs),
-                          "task_usd": task_usd(p)}
+                          "task_usd": per_task[p]}
     points = sweep_points(records, policy)
     return {"by_pref": by_pref, "sweep": {"adherence": adherence(points),
                                           "points": [{"cost_weight": w, "cost_usd": c, "accuracy": a,
-                                                      "task_usd": task_usd(f"{PREFIX}{w:g}")}
+                                                      "task_usd": per_task[f"{PREFIX}{w:g}"]}
                                                      for w, c, a in points]}}
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from actors.rollout_worker import EpisodeResult
 from cluster.heldout import hint_agreement, preset_of, presets, requests, router_costs, router_records
-from orchestra.eval.adherence import PREFIX, sweep_points
+from orchestra.eval.adherence import PREFIX, sweep_points, task_costs
 from orchestra.eval.adherence import adherence as adherence_of
 from orchestra.eval.verdict import Goals, ladder_curve, preset_curve, problems
 from orchestra.preferences import CHECK_COSTS, preset, sweep_vectors
@@ -101,13 +101,14 @@ def train_check(cfg: Any, train: list[Task], step: int, rollout: Callable[..., l
 
 
 def spent(named: list[tuple[str, EpisodeResult]]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """(mean $ per name, the $ per task id per name: a task's episodes averaged) of (name, episode) pairs: what the
+    """(mean $ per name, the $ per task id per name) of (name, episode) pairs: the curves' points and what the
     verdict's per-step rule pairs over."""
-    costs: dict[str, dict[str, list[float]]] = {}
+    means: dict[str, list[float]] = {}
     for name, r in named:
-        costs.setdefault(name, {}).setdefault(r.traj.task_id, []).append(r.traj.cost_usd)
-    means = {k: mean(c for v in t.values() for c in v) for k, t in costs.items()}
-    return means, {k: {task: mean(v) for task, v in t.items()} for k, t in costs.items()}
+        means.setdefault(name, []).append(r.traj.cost_usd)
+    return ({k: mean(v) for k, v in means.items()},
+            task_costs([{"policy": "", "preference": name, "task_id": r.traj.task_id, "cost_usd": r.traj.cost_usd}
+                        for name, r in named], ""))
 
 
 def checker(trainer: Any, what: list[str]) -> Callable[[int], dict[str, Any]]:

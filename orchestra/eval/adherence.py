@@ -24,7 +24,7 @@ from orchestra.preferences import check_disjoint
 from orchestra.preferences import sweep_vectors as sweep_preferences
 
 __all__ = ["PREFIX", "SWEEP", "adherence", "check_unseen", "match_strongest_cost_ratio", "sweep_points",
-           "sweep_preferences"]
+           "sweep_preferences", "task_costs"]
 
 
 def check_unseen(training: Iterable[dict[str, float]], weights: Sequence[float] = SWEEP) -> None:
@@ -41,6 +41,16 @@ def sweep_points(records: list[dict[str, Any]], policy: str) -> list[tuple[float
             by_w.setdefault(float(r["preference"][len(PREFIX):]), []).append(r)
     return [(w, mean(float(r["cost_usd"]) for r in rs), mean(float(r["correct"]) for r in rs))
             for w, rs in sorted(by_w.items())]
+
+
+def task_costs(records: list[dict[str, Any]], policy: str) -> dict[str, dict[str, float]]:
+    """preference -> task id -> mean $ (a task's seeds averaged) of one policy's records: what the verdict's
+    per-step rule pairs across preferences (orchestra/eval/verdict.py)."""
+    costs: dict[str, dict[str, list[float]]] = {}
+    for r in records:
+        if r["policy"] == policy:
+            costs.setdefault(str(r["preference"]), {}).setdefault(str(r["task_id"]), []).append(float(r["cost_usd"]))
+    return {p: {t: mean(v) for t, v in by.items()} for p, by in costs.items()}
 
 
 def adherence(points: list[tuple[float, float, float]]) -> float:
