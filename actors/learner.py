@@ -240,18 +240,20 @@ class Learner:
         return out
 
     def sft_update(self, samples: list[TrainSample], lr: float | None = None) -> dict[str, float]:
-        """One step of masked cross-entropy (raw logits, temperature 1) on mask-1 response tokens."""
+        """One step of masked cross-entropy (raw logits, temperature 1) on the response tokens in the loss: their
+        mean weighted by response_mask (1 for a model token; a demonstration's note may weigh more: sft.note_weight)."""
         t0 = time.perf_counter()
         self._set_lr(lr if lr is not None else self.sft_lr)
         mbs = self._micro_batches(samples)
-        n_tokens = self._normalisers(mbs)["batch_num_tokens"]
+        n_tokens = int(sum((mb["response_mask"] > 0).sum().item() for mb in mbs))
+        weight = float(sum(mb["response_mask"].sum().item() for mb in mbs))
         if n_tokens == 0:
             return {"tokens": 0.0, "skipped": 1.0, "version": float(self.version), "time_s": time.perf_counter() - t0}
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for mb in mbs:
             lp = self._logprobs(self.model, mb, 0.0)
-            loss = sft_loss(lp, mb["response_mask"], n_tokens)
+            loss = sft_loss(lp, mb["response_mask"], weight)
             loss.backward()
             total += loss.detach().item()
         grad_norm, stepped = self._step()

@@ -104,6 +104,54 @@ def score(model: Any, tok: Any, labels: dict[tuple[int, str], tuple[list[int], s
     return figures
 
 
+READ_COSTS = (0.03, 0.1, 0.3, 1.0, 3.0)  # the adherence sweep's weights: never shown in training
+READ_LATENCIES = (0.0, 0.3)
+
+
+def reading_prompts(cfg: Any, tok: Any, labels: dict[tuple[int, str], tuple[list[int], str]], n_tasks: int = 16
+                    ) -> list[tuple[list[int], str]]:
+    """(prompt ids, the bin word the note should name for cost) for the first `n_tasks` labelled training tasks,
+    their accuracy-first prompt re-rendered under each READ_COSTS x READ_LATENCIES vector: whether the policy reads a
+    number it was never trained on into its bin word (the note of sft.restate_preference), on training tasks."""
+    from orchestra.agent.prompt import level, preference_text
+    from orchestra.preferences import PRESETS
+
+    a = cfg.agent
+    render = lambda p: preference_text(p, a.preference_words, a.preference_numbers, a.preference_levels,  # noqa: E731
+                                       a.number_format)
+    old = render(PRESETS["accuracy-first"])
+    out = []
+    for (task, preset), (ids, _) in sorted(labels.items()):
+        if preset != "accuracy-first" or task >= n_tasks:
+            continue
+        text = tok.decode(ids)
+        for cost in READ_COSTS:
+            for lat in READ_LATENCIES:
+                new = render({"accuracy": 1.0, "cost": cost, "latency": lat})
+                out.append((tok.encode(text.replace(old, new), add_special_tokens=False),
+                            level(cost, 1.0, a.preference_levels)))
+    return out
+
+
+def reading(model: Any, tok: Any, prompts: list[tuple[list[int], str]], device: str) -> float:
+    """The share of `reading_prompts` whose greedy note names the cost weight's bin ("<think>cost low, ...")."""
+    import torch
+
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    right = 0
+    for start in range(0, len(prompts), 32):
+        batch = prompts[start:start + 32]
+        width = max(len(p) for p, _ in batch)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p, _ in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in batch], device=device)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
+                                 pad_token_id=pad)
+        right += sum(tok.decode(row).startswith(f"<think>cost {want}") for row, (_, want) in
+                     zip(out[:, width:].tolist(), batch, strict=True))
+    return right / max(1, len(prompts))
+
+
 def train_one(cfg: Any, samples: list[Any], labels: dict, device: str, init: int, steps: int, every: int
               ) -> dict[str, float]:
     """SFT from init seed `init` on `device` ("cpu", "cuda", "cuda-tf32"), scored every `every` steps."""
@@ -122,14 +170,18 @@ def train_one(cfg: Any, samples: list[Any], labels: dict, device: str, init: int
     learner = Learner.from_config(replace(cfg, model=replace(cfg.model, device=dev)), model, tokenizer=tok)
     sc = replace(cfg.sft, steps=steps)
     figures: dict[str, float] = {}
+    read = reading_prompts(cfg, tok, labels) if cfg.sft.restate_preference and cfg.agent.preference_numbers else []
     t0 = time.perf_counter()
     for i, batch in enumerate(sft_batches(samples, steps, sc.batch_size, init)):
         loss = learner.sft_update(batch, lr=sft_lr(sc, i, steps))["sft_loss"]
         if (i + 1) % every == 0 or i + 1 == steps:
             learner.model.eval()
             figures = score(learner.model, tok, labels, cfg.sampling.max_tokens, dev)
+            if read:
+                figures["reads"] = reading(learner.model, tok, read, dev)
             print(f"INFO sft_lab {device} init {init} step {i + 1}: loss {loss:.3f}, agreement "
-                  + ", ".join(f"{p} {figures[p]:.2f}" for p in PRESETS) + f", contrast {figures['contrast']:.3f} "
+                  + ", ".join(f"{p} {figures[p]:.2f}" for p in PRESETS) + f", contrast {figures['contrast']:.3f}"
+                  + (f", reads unseen weights {figures['reads']:.2f}" if read else "") + " "
                   f"({time.perf_counter() - t0:.0f}s)", flush=True)
     return figures
 
@@ -208,6 +260,8 @@ def main(argv: list[str]) -> int:
             for p in PRESETS:
                 print(f"RESULT {tag}_agree_{p.replace('-', '_')}={figures[p]:.4f}")
             print(f"RESULT {tag}_contrast={figures['contrast']:.4f}")
+            if "reads" in figures:
+                print(f"RESULT {tag}_reads={figures['reads']:.4f}")
     return 0
 
 

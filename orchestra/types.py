@@ -263,11 +263,13 @@ class Trajectory:
 class TrainSample:
     """One training sample, what every learner consumes (the local learner, verl's AgentLoopOutput): one turn
     (reprompt) or one episode (transcript, tool tokens masked) with its episode's advantage.
-    response_mask: 1 = model token (in the loss), 0 = tool/observation token. Pickles as it is (Ray)."""
+    response_mask: 1 = model token (in the loss), 0 = tool/observation token; an SFT demonstration's note may weigh
+    more (sft.note_weight: SFT's loss is the mask-weighted token mean; RL samples hold 0 and 1 only). Pickles as it
+    is (Ray)."""
 
     prompt_ids: list[int]
     response_ids: list[int]
-    response_mask: list[int]
+    response_mask: list[float]
     logprobs: list[float]  # rollout engine's logprobs of response_ids (0.0 where mask is 0)
     advantage: float = 0.0
     turn: int = 0

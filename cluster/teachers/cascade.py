@@ -69,7 +69,8 @@ def demonstrations(teaching: Teaching) -> tuple[list[Any], dict[str, Any]]:
     c, tok = teaching.cfg, teaching.tokenizer
     episodes, escalated, read = cascade_episodes(c, teaching.tasks)
     samples = scripted_samples(episodes, teaching.tools, tok, launch.prompter_kwargs(c), c.agent.loop_kwargs(),
-                               eos_token_ids(tok), c.sampling.max_tokens, note=note(c))
+                               eos_token_ids(tok), c.sampling.max_tokens, note=note(c),
+                               note_weight=c.sft.note_weight)
     n = max(len(episodes), 1)
     how = (f"following its rule on {read} (under {', '.join(c.sft.escalate_under)}), submitting on the rest" if read
            else f"escalating on {escalated} ({escalated / n:.0%}, whatever the experts answered)")

@@ -106,7 +106,7 @@ def demonstrations(teaching: Teaching) -> tuple[list[Any], dict[str, Any]]:
         repeats = [a * b for a, b in zip(repeats, label_repeats(words, c.sft.pref_balance), strict=True)]
     samples = scripted_samples([(lab.task, script_of(lab.plan)) for lab in labels], tools, tok,
                                launch.prompter_kwargs(c), c.agent.loop_kwargs(), eos, c.sampling.max_tokens,
-                               repeats=repeats, note=note(c))
+                               repeats=repeats, note=note(c), note_weight=c.sft.note_weight)
     if c.sft.label_balance or c.sft.pref_balance:
         rare = {lab.plan.name: k for lab, k in zip(labels, repeats, strict=True) if k > 1}
         console.print(f"  teacher: rare labels repeated (sft.label_balance {c.sft.label_balance:g}, sft.pref_balance "

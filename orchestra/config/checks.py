@@ -103,6 +103,8 @@ def validate(cfg: ExperimentConfig) -> None:
     need(not cfg.sft.restate_preference or cfg.sft.teacher in ("expected_value", "cascade"), "sft.restate_preference",
          f"restates the preference in scripted demonstrations: needs sft.teacher expected_value or cascade, not "
          f"{cfg.sft.teacher!r} (add sft.restate_preference=false)")
+    need(cfg.sft.note_weight > 0, "sft.note_weight", f"must be > 0 (1: the note weighs as any token), got "
+         f"{cfg.sft.note_weight!r}")
     need(0.0 <= cfg.sft.until_agreement <= 1.0, "sft.until_agreement", "must be in [0, 1] (0: off)")
     need(0.0 <= cfg.sft.label_balance <= 1.0, "sft.label_balance", "must be in [0, 1] (0: off)")
     need(0.0 <= cfg.sft.pref_balance <= 1.0, "sft.pref_balance", "must be in [0, 1] (0: off)")

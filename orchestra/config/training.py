@@ -131,6 +131,10 @@ class SFTConfig:
     # numbers where the prompt shows no words), so the policy reads its preference into words it is trained on, and
     # decides after them (docs/recipe.md, "The SFT lab")
     restate_preference: bool = False
+    # the loss weight of each demonstrated call's note (the tokens inside its think block; 1: every model token alike).
+    # A note's bin word is one token of some thirty in a call: weighted alike, a 2-layer policy learned to write it from
+    # the presets' whole strings and from the latency, never from the cost number, on 1 seed in 4 (docs/recipe.md)
+    note_weight: float = 1.0
     # write the demonstrations (the TrainSamples SFT steps on) to <run_dir>/sft_samples.pkl, for bench/sft_lab.py
     save_samples: bool = False
     # expected_value: the vectors every explored task is labelled under (preset names or `accuracy=1,cost=0.2`

@@ -23,13 +23,14 @@ import math
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from orchestra.agent.loop import AgentLoop, ToolClient, episode_samples
 from orchestra.agent.prompt import Prompter
 from orchestra.agent.scripted import noted, random_episode, script_engine
 from orchestra.engine import Sampling
-from orchestra.types import Task, Trajectory
+from orchestra.types import Task, TrainSample, Trajectory
 
 Scorer = Callable[[Trajectory, Task], Awaitable[float]]
 
@@ -105,9 +106,10 @@ def scripted_trajectories(episodes: list[tuple[Task, Script]], tools: ToolClient
 def scripted_samples(episodes: list[tuple[Task, Script]], tools: ToolClient, tokenizer: Any,
                      prompter_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], eos_ids: list[int],
                      max_tokens: int = 96, concurrency: int = 64, repeats: Sequence[int] | None = None,
-                     note: Callable[[str], str] | None = None) -> list[Any]:
+                     note: Callable[[str], str] | None = None, note_weight: float = 1.0) -> list[Any]:
     """Each (task, script) played once through the agent loop (`scripted_trajectories`, `note` before every call)
-    -> its well-formed turns as samples, episode i's `repeats[i]` times (`label_repeats`; default once)."""
+    -> its well-formed turns as samples, episode i's `repeats[i]` times (`label_repeats`; default once), each note's
+    tokens weighing `note_weight` in the loss (`weight_notes`)."""
     if not episodes:
         raise ValueError("SFT needs at least one demonstration")
     counts = list(repeats) if repeats is not None else [1] * len(episodes)
@@ -120,7 +122,41 @@ def scripted_samples(episodes: list[tuple[Task, Script]], tools: ToolClient, tok
         raise ValueError(f"{len(cut)} demonstrated calls are longer than sampling.max_tokens={max_tokens} (e.g. "
                          f"{cut[0].text[:120]!r}...): raise sampling.max_tokens")
     parts = [[s for s, turn in zip(episode_samples(traj), traj.turns) if turn.format_ok] for traj in trajs]
+    if note_weight != 1.0:
+        parts = [weight_notes(part, tokenizer, note_weight) for part in parts]
+        if note is not None and not any(m == note_weight for part in parts for s in part for m in s.response_mask):
+            raise ValueError(f"sft.note_weight={note_weight:g}: no demonstrated call holds a note between "
+                             f"{THINK[0]!r} and {THINK[1]!r} as this tokenizer encodes them; nothing to weigh")
     return [s for part, k in zip(parts, counts, strict=True) for s in part * k]
+
+
+THINK = ("<think>", "</think>")
+
+
+def weight_notes(samples: list[TrainSample], tokenizer: Any, weight: float) -> list[TrainSample]:
+    """`samples` with the tokens inside each think block of their responses weighing `weight` in SFT's loss (their
+    response_mask; the learner takes the weighted mean): a note's bin word is one token of a call's thirty, and
+    weighted alike a small policy may never learn to read it from the prompt (sft.note_weight). The think tags are
+    found as the tokenizer encodes them; tool and observation tokens (mask 0) stay out of the loss."""
+    opening, closing = (list(tokenizer.encode(t, add_special_tokens=False)) for t in THINK)
+
+    def at(ids: list[int], j: int, tag: list[int]) -> bool:
+        return ids[j:j + len(tag)] == tag
+
+    out = []
+    for s in samples:
+        ids, mask, j, inside = list(s.response_ids), list(s.response_mask), 0, False
+        while j < len(ids):
+            if inside and at(ids, j, closing):
+                inside, j = False, j + len(closing)
+            elif not inside and at(ids, j, opening) and mask[j] > 0:
+                inside, j = True, j + len(opening)
+            else:
+                if inside and mask[j] > 0:
+                    mask[j] = weight
+                j += 1
+        out.append(replace(s, response_mask=mask))
+    return out
 
 
 def label_repeats(labels: Sequence[str], threshold: float) -> list[int]:

@@ -221,7 +221,8 @@ def grpo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: 
 
 
 def sft_loss(logprobs: torch.Tensor, response_mask: torch.Tensor,
-             batch_num_tokens: int | None = None) -> torch.Tensor:
-    """Token-mean cross-entropy over mask-1 tokens; `batch_num_tokens` normalises a micro-batch by the batch."""
+             batch_num_tokens: float | None = None) -> torch.Tensor:
+    """Token-mean cross-entropy, each token weighted by its mask (0: out of the loss); `batch_num_tokens` (the batch's
+    summed mask) normalises a micro-batch by the batch."""
     n = batch_num_tokens if batch_num_tokens is not None else response_mask.sum().clamp(min=1)
     return -(logprobs * response_mask).sum() / n

@@ -159,6 +159,21 @@ def test_sft_update_lowers_cross_entropy(base_model):
     assert lrn.optimizer.param_groups[0]["lr"] == 1e-3  # RL steps use the RL rate again
 
 
+def test_sft_update_weighs_tokens_by_their_mask(base_model):
+    """A demonstration whose mask weighs 2 (sft.note_weight) counts as that demonstration twice: the loss is the
+    mask-weighted token mean, and the step is the same; `tokens` counts the tokens in the loss."""
+    import dataclasses
+
+    a, b = make_samples(9, n=2)
+    heavy = dataclasses.replace(b, response_mask=[2.0 * m for m in b.response_mask])
+    one, two = learner(base_model, sft_lr=5e-3), learner(base_model, sft_lr=5e-3)
+    weighted, repeated = one.sft_update([a, heavy]), two.sft_update([a, b, b])
+    assert weighted["sft_loss"] == pytest.approx(repeated["sft_loss"], rel=1e-5)
+    assert weighted["tokens"] == sum(m > 0 for s in (a, b) for m in s.response_mask)
+    after = two.model.state_dict()
+    assert all(torch.allclose(v, after[k], atol=1e-6) for k, v in one.model.state_dict().items())
+
+
 def test_get_weights_is_a_detached_cpu_copy(base_model):
     lrn = learner(base_model)
     version, sd = lrn.get_weights()

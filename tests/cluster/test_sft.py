@@ -98,6 +98,33 @@ def test_restated_demonstrations_open_every_call_with_the_prompts_priorities(set
         scripted_samples([(task, [call])], tools, tok, note=preference_note, max_tokens=20, **kw)
 
 
+def test_note_weight_weighs_only_the_notes_tokens(setup):
+    """sft.note_weight: the tokens inside each demonstrated call's think block weigh that much in the loss, the think
+    tags, the call and the end of turn 1; samples without a note are unchanged, and a note the weighting cannot find
+    is refused, naming the key, never left unweighted silently."""
+    from orchestra.agent.prompt import preference_note
+    from orchestra.data.demos import weight_notes
+    from orchestra.preferences import preset
+
+    tasks, tools, tok = setup
+    task = dataclasses.replace(tasks[0], pref=preset("cost-first"))
+    kw = dict(prompter_kwargs={"preference_words": True, "preference_numbers": False}, agent_kwargs={"max_turns": 1},
+              eos_ids=[tok.eos_token_id])
+    call = call_text("answer", {"model": "answer-math-2"})
+    [plain] = scripted_samples([(task, [call])], tools, tok, note=preference_note, **kw)
+    [weighted] = scripted_samples([(task, [call])], tools, tok, note=preference_note, note_weight=8.0, **kw)
+    assert weighted.response_ids == plain.response_ids and set(plain.response_mask) == {1}
+    heavy = tok.decode([t for t, m in zip(weighted.response_ids, weighted.response_mask, strict=True) if m == 8.0])
+    assert heavy == "cost top, latency low"
+    assert tok.decode(weighted.response_ids).startswith("<think>cost top, latency low</think>" + call)
+    [bare] = scripted_samples([(task, [call])], tools, tok, note_weight=8.0, **kw)  # no note: nothing to weigh
+    assert set(bare.response_mask) == {1}
+    masked = dataclasses.replace(weighted, response_mask=[0.0] * len(weighted.response_mask))
+    assert set(weight_notes([masked], tok, 8.0)[0].response_mask) == {0.0}  # out of the loss stays out
+    with pytest.raises(ValueError, match="sft.note_weight=8: no demonstrated call holds a note"):
+        scripted_samples([(task, [call])], tools, tok, note=lambda prompt: "[cost top] ", note_weight=8.0, **kw)
+
+
 def test_preference_note_restates_the_priorities_and_the_router_line():
     from orchestra.agent.prompt import preference_note
 
