@@ -69,6 +69,18 @@ def first_calls(samples: list[Any], cfg: Any, tok: Any, n_tasks: int) -> dict[tu
     return out
 
 
+def sampled_calls(samples: list[Any], cfg: Any, tok: Any, n_tasks: int) -> dict[tuple[int, str], tuple[list[int], str]]:
+    """As `first_calls`, for the vectors sampled per task (sft.vectors_sampled: weights as numbers, most of them in no
+    preset's bin words): (task index, "s<k>") -> (the first turn's prompt ids, the teacher's call)."""
+    per_task = len(cfg.sft.vectors) + cfg.sft.vectors_sampled
+    out = {}
+    for s in samples:
+        task, k = divmod(int(s.uid.split("-")[-1]), per_task)
+        if not s.turn and task < n_tasks and k >= len(cfg.sft.vectors):
+            out[(task, f"s{k}")] = (list(s.prompt_ids), call_of(tok.decode(s.response_ids)))
+    return out
+
+
 def call_of(text: str) -> str:
     """A reply's first tool call as "tool tier" ("" when it makes none)."""
     from orchestra.agent.parse import parse
@@ -99,6 +111,9 @@ def score(model: Any, tok: Any, labels: dict[tuple[int, str], tuple[list[int], s
     tasks = sorted({t for t, _ in keys})
     figures = {p: sum(hits[(t, p)] for t in tasks if (t, p) in hits) / max(1, sum((t, p) in hits for t in tasks))
                for p in PRESETS}
+    sampled = [k for k in keys if k[1] not in PRESETS]
+    if sampled:
+        figures["sampled"] = sum(hits[k] for k in sampled) / len(sampled)
     whole = [t for t in tasks if all((t, p) in hits for p in PRESETS)]
     figures["contrast"] = sum(all(hits[(t, p)] for p in PRESETS) for t in whole) / max(1, len(whole))
     return figures
@@ -181,6 +196,7 @@ def train_one(cfg: Any, samples: list[Any], labels: dict, device: str, init: int
                 figures["reads"] = reading(learner.model, tok, read, dev)
             print(f"INFO sft_lab {device} init {init} step {i + 1}: loss {loss:.3f}, agreement "
                   + ", ".join(f"{p} {figures[p]:.2f}" for p in PRESETS) + f", contrast {figures['contrast']:.3f}"
+                  + (f", sampled vectors {figures['sampled']:.2f}" if "sampled" in figures else "")
                   + (f", reads unseen weights {figures['reads']:.2f}" if read else "") + " "
                   f"({time.perf_counter() - t0:.0f}s)", flush=True)
     return figures
@@ -247,7 +263,7 @@ def main(argv: list[str]) -> int:
     set_torch_threads(cfg.cluster.torch_threads)
     samples = pickle.loads(path.read_bytes())
     tok = config_tokenizer(cfg.model)
-    labels = first_calls(samples, cfg, tok, n_tasks)
+    labels = {**first_calls(samples, cfg, tok, n_tasks), **sampled_calls(samples, cfg, tok, n_tasks)}
     print(f"INFO sft_lab: {len(samples)} demonstrations from {path}; {len(labels)} first calls of "
           f"{len({t for t, _ in labels})} tasks scored (restated preference: {cfg.sft.restate_preference})")
     for device in devices:
@@ -260,6 +276,8 @@ def main(argv: list[str]) -> int:
             for p in PRESETS:
                 print(f"RESULT {tag}_agree_{p.replace('-', '_')}={figures[p]:.4f}")
             print(f"RESULT {tag}_contrast={figures['contrast']:.4f}")
+            if "sampled" in figures:
+                print(f"RESULT {tag}_agree_sampled={figures['sampled']:.4f}")
             if "reads" in figures:
                 print(f"RESULT {tag}_reads={figures['reads']:.4f}")
     return 0
