@@ -132,8 +132,9 @@ class SFTConfig:
     # decides after them (docs/recipe.md, "The SFT lab")
     restate_preference: bool = False
     # the loss weight of each demonstrated call's note (the tokens inside its think block; 1: every model token alike).
-    # A note's bin word is one token of some thirty in a call: weighted alike, a 2-layer policy learned to write it from
-    # the presets' whole strings and from the latency, never from the cost number, on 1 seed in 4 (docs/recipe.md)
+    # A note's bin word is one token of some thirty in a call: weighted alike, the tiny policy of seeds 0 and 7 wrote it
+    # from the presets' whole strings and the latency, never from the cost number; weighted 8x it read the number,
+    # yet neither run followed its preference (docs/recipe.md, the SFT lab)
     note_weight: float = 1.0
     # write the demonstrations (the TrainSamples SFT steps on) to <run_dir>/sft_samples.pkl, for bench/sft_lab.py
     save_samples: bool = False
