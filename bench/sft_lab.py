@@ -14,9 +14,14 @@ Usage: python bench/sft_lab.py [run=runs/sft_lab/cpu_tiny] [experiment=cpu_tiny]
    sft_batches, sft_lr over `steps`), and every `every` steps, greedily on the first `tasks` labelled training tasks:
    - label agreement per preset: the share whose first call (tool and tier) is the teacher's under that preset;
    - contrast: the share of tasks whose calls are the teacher's under accuracy-first, balanced and cost-first at
-     once (only a policy that reads its preference gets it; the presets' labels differ on most tasks).
+     once (only a policy that reads its preference gets it; the presets' labels differ on most tasks);
+   - sampled: agreement under the vectors sampled per task (sft.vectors_sampled, 32 tasks: weights as numbers);
+   - reads (sft.restate_preference with numbers shown): the share of notes naming the bin of a cost weight of the
+     unseen sweep (16 tasks' prompts re-rendered at each sweep weight, latency 0 and 0.3): whether the policy reads
+     a number no demonstration showed into its word.
    CUDA devices without a GPU are skipped with a line saying so.
-Prints INFO per check and `RESULT sft_lab_<device>_i<init>_agree_<preset>` / `_contrast` at the last step.
+Prints INFO per check and `RESULT sft_lab_<device>_i<init>_agree_<preset>` / `_contrast` / `_agree_sampled` /
+`_reads` at the last step.
 
 `python bench/sft_lab.py notes=RUN_DIR [weights=0.02,0.03,...]` instead reads what a trained run's kept policy (its
 newest checkpoint) writes in its note for each cost weight at accuracy 1 and latency 0, greedily on 16 of its
