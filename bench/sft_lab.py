@@ -59,30 +59,24 @@ def demonstrations(run: Path, experiment: str, overrides: list[str]) -> Path:
     return path
 
 
-def first_calls(samples: list[Any], cfg: Any, tok: Any, n_tasks: int) -> dict[tuple[int, str], tuple[list[int], str]]:
+def first_calls(samples: list[Any], cfg: Any, tok: Any, n_tasks: int, n_sampled: int = 0
+                ) -> dict[tuple[int, str], tuple[list[int], str]]:
     """(task index, preset) -> (the first turn's prompt ids, the teacher's call "tool tier") for the first `n_tasks`
-    labelled tasks. A demonstration's uid is `sft-<label index>` and the teacher labels each task under sft.vectors
-    in order, then its sampled vectors (cluster/teachers/expected_value.py)."""
-    per_task = len(cfg.sft.vectors) + cfg.sft.vectors_sampled
-    out = {}
-    for s in samples:
-        i = int(s.uid.split("-")[-1])
-        task, k = divmod(i, per_task)
-        if s.turn or task >= n_tasks or k >= len(cfg.sft.vectors) or cfg.sft.vectors[k] not in PRESETS:
-            continue
-        out[(task, cfg.sft.vectors[k])] = (list(s.prompt_ids), call_of(tok.decode(s.response_ids)))
-    return out
-
-
-def sampled_calls(samples: list[Any], cfg: Any, tok: Any, n_tasks: int) -> dict[tuple[int, str], tuple[list[int], str]]:
-    """As `first_calls`, for the vectors sampled per task (sft.vectors_sampled: weights as numbers, most of them in no
-    preset's bin words): (task index, "s<k>") -> (the first turn's prompt ids, the teacher's call)."""
+    labelled tasks, and (task index, "s<k>") for the vectors sampled per task (sft.vectors_sampled: weights as numbers)
+    on the first `n_sampled`. A demonstration's uid is `sft-<label index>` and the teacher labels each task under
+    sft.vectors in order, then its sampled vectors (cluster/teachers/expected_value.py)."""
     per_task = len(cfg.sft.vectors) + cfg.sft.vectors_sampled
     out = {}
     for s in samples:
         task, k = divmod(int(s.uid.split("-")[-1]), per_task)
-        if not s.turn and task < n_tasks and k >= len(cfg.sft.vectors):
-            out[(task, f"s{k}")] = (list(s.prompt_ids), call_of(tok.decode(s.response_ids)))
+        if s.turn:
+            continue
+        if k >= len(cfg.sft.vectors):
+            key = (task, f"s{k}") if task < n_sampled else None
+        else:
+            key = (task, cfg.sft.vectors[k]) if task < n_tasks and cfg.sft.vectors[k] in PRESETS else None
+        if key:
+            out[key] = (list(s.prompt_ids), call_of(tok.decode(s.response_ids)))
     return out
 
 
@@ -94,25 +88,30 @@ def call_of(text: str) -> str:
     return f"{calls[0].name} {calls[0].arguments.get('model', '')}".strip() if calls else ""
 
 
-def score(model: Any, tok: Any, labels: dict[tuple[int, str], tuple[list[int], str]], max_tokens: int,
-          device: str) -> dict[str, float]:
-    """Greedy first calls against the teacher's: agreement per preset and contrast."""
+def greedy(model: Any, tok: Any, prompts: list[list[int]], max_tokens: int, device: str) -> list[str]:
+    """Each prompt's greedy reply, decoded, in batches of 32 left-padded rows."""
     import torch
 
-    keys = sorted(labels)
-    hits: dict[tuple[int, str], bool] = {}
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    for start in range(0, len(keys), 32):
-        batch = keys[start:start + 32]
-        width = max(len(labels[k][0]) for k in batch)
-        ids = torch.tensor([[pad] * (width - len(labels[k][0])) + labels[k][0] for k in batch], device=device)
-        mask = torch.tensor([[0] * (width - len(labels[k][0])) + [1] * len(labels[k][0]) for k in batch],
-                            device=device)
+    replies: list[str] = []
+    for start in range(0, len(prompts), 32):
+        batch = prompts[start:start + 32]
+        width = max(len(p) for p in batch)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False,
                                  pad_token_id=pad)
-        for k, row in zip(batch, out[:, width:].tolist(), strict=True):
-            hits[k] = call_of(tok.decode(row)) == labels[k][1]
+        replies += [tok.decode(row) for row in out[:, width:].tolist()]
+    return replies
+
+
+def score(model: Any, tok: Any, labels: dict[tuple[int, str], tuple[list[int], str]], max_tokens: int,
+          device: str) -> dict[str, float]:
+    """Greedy first calls against the teacher's: agreement per preset (and over the sampled vectors) and contrast."""
+    keys = sorted(labels)
+    replies = greedy(model, tok, [labels[k][0] for k in keys], max_tokens, device)
+    hits = {k: call_of(text) == labels[k][1] for k, text in zip(keys, replies, strict=True)}
     tasks = sorted({t for t, _ in keys})
     figures = {p: sum(hits[(t, p)] for t in tasks if (t, p) in hits) / max(1, sum((t, p) in hits for t in tasks))
                for p in PRESETS}
@@ -155,20 +154,8 @@ def reading_prompts(cfg: Any, tok: Any, labels: dict[tuple[int, str], tuple[list
 
 def reading(model: Any, tok: Any, prompts: list[tuple[list[int], str]], device: str) -> float:
     """The share of `reading_prompts` whose greedy note names the cost weight's bin ("<think>cost low, ...")."""
-    import torch
-
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    right = 0
-    for start in range(0, len(prompts), 32):
-        batch = prompts[start:start + 32]
-        width = max(len(p) for p, _ in batch)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p, _ in batch], device=device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in batch], device=device)
-        with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
-                                 pad_token_id=pad)
-        right += sum(tok.decode(row).startswith(f"<think>cost {want}") for row, (_, want) in
-                     zip(out[:, width:].tolist(), batch, strict=True))
+    replies = greedy(model, tok, [p for p, _ in prompts], 8, device)
+    right = sum(text.startswith(f"<think>cost {want}") for text, (_, want) in zip(replies, prompts, strict=True))
     return right / max(1, len(prompts))
 
 
@@ -268,7 +255,7 @@ def main(argv: list[str]) -> int:
     set_torch_threads(cfg.cluster.torch_threads)
     samples = pickle.loads(path.read_bytes())
     tok = config_tokenizer(cfg.model)
-    labels = {**first_calls(samples, cfg, tok, n_tasks), **sampled_calls(samples, cfg, tok, n_tasks)}
+    labels = first_calls(samples, cfg, tok, n_tasks, n_sampled=n_tasks)
     print(f"INFO sft_lab: {len(samples)} demonstrations from {path}; {len(labels)} first calls of "
           f"{len({t for t, _ in labels})} tasks scored (restated preference: {cfg.sft.restate_preference})")
     for device in devices:

@@ -77,19 +77,27 @@ def test_scripted_samples_repeat_each_episode_as_asked(setup):
         scripted_samples(scripts, tools, tok, repeats=[1, 2], **kw)
 
 
-def test_restated_demonstrations_open_every_call_with_the_prompts_priorities(setup):
-    """sft.restate_preference: each demonstrated call is '<think>' + the prompt's priorities (and the router line's
-    suggestion) + '</think>' + the call, which parses as the call; a call longer than sampling.max_tokens is refused,
-    never dropped silently."""
-    from orchestra.agent.parse import parse
-    from orchestra.agent.prompt import preference_note
+@pytest.fixture
+def restated(setup):
+    """(a task under cost-first, the tools, the tokenizer, scripted_samples' keywords with the priorities shown in
+    words, one answer call): a restated demonstration's makings."""
     from orchestra.preferences import preset
 
     tasks, tools, tok = setup
     task = dataclasses.replace(tasks[0], pref=preset("cost-first"))
     kw = dict(prompter_kwargs={"preference_words": True, "preference_numbers": False}, agent_kwargs={"max_turns": 1},
               eos_ids=[tok.eos_token_id])
-    call = call_text("answer", {"model": "answer-math-2"})
+    return task, tools, tok, kw, call_text("answer", {"model": "answer-math-2"})
+
+
+def test_restated_demonstrations_open_every_call_with_the_prompts_priorities(restated):
+    """sft.restate_preference: each demonstrated call is '<think>' + the prompt's priorities (and the router line's
+    suggestion) + '</think>' + the call, which parses as the call; a call longer than sampling.max_tokens is refused,
+    never dropped silently."""
+    from orchestra.agent.parse import parse
+    from orchestra.agent.prompt import preference_note
+
+    task, tools, tok, kw, call = restated
     [sample] = scripted_samples([(task, [call])], tools, tok, note=preference_note, **kw)
     text = tok.decode(sample.response_ids)
     assert text.startswith("<think>cost top, latency low</think>" + call)  # the default bins (cpu_tiny's: medium)
@@ -98,19 +106,14 @@ def test_restated_demonstrations_open_every_call_with_the_prompts_priorities(set
         scripted_samples([(task, [call])], tools, tok, note=preference_note, max_tokens=20, **kw)
 
 
-def test_note_weight_weighs_only_the_notes_tokens(setup):
+def test_note_weight_weighs_only_the_notes_tokens(restated):
     """sft.note_weight: the tokens inside each demonstrated call's think block weigh that much in the loss, the think
     tags, the call and the end of turn 1; samples without a note are unchanged, and a note the weighting cannot find
     is refused, naming the key, never left unweighted silently."""
     from orchestra.agent.prompt import preference_note
     from orchestra.data.demos import weight_notes
-    from orchestra.preferences import preset
 
-    tasks, tools, tok = setup
-    task = dataclasses.replace(tasks[0], pref=preset("cost-first"))
-    kw = dict(prompter_kwargs={"preference_words": True, "preference_numbers": False}, agent_kwargs={"max_turns": 1},
-              eos_ids=[tok.eos_token_id])
-    call = call_text("answer", {"model": "answer-math-2"})
+    task, tools, tok, kw, call = restated
     [plain] = scripted_samples([(task, [call])], tools, tok, note=preference_note, **kw)
     [weighted] = scripted_samples([(task, [call])], tools, tok, note=preference_note, note_weight=8.0, **kw)
     assert weighted.response_ids == plain.response_ids and set(plain.response_mask) == {1}
