@@ -77,7 +77,8 @@ class RolloutWorker:
                  engine_kwargs: dict[str, Any], agent_kwargs: dict[str, Any], prompter_kwargs: dict[str, Any],
                  tool_handles: dict[str, Any] | None = None, zoo: dict[str, Any] | None = None,  # or actor names
                  corpus_path: str = "", tool_timeout_s: float = 60.0, tool_max_in_flight: int = 0,
-                 reward_actor: Any = None, torch_threads: int = 0, tau2: dict[str, Any] | None = None):
+                 tool_replay: int = 0, reward_actor: Any = None, torch_threads: int = 0,
+                 tau2: dict[str, Any] | None = None):
         from orchestra.engine import eos_token_ids
         from orchestra.policy.models import load_policy, set_torch_threads
 
@@ -101,6 +102,10 @@ class RolloutWorker:
             tools = RayToolClient(tool_handles, timeout_s=tool_timeout_s, max_in_flight=tool_max_in_flight)
         else:
             tools = _local_tools(zoo or {}, corpus_path)
+        if tool_replay > 0:  # zoo.server.client_replay: the same call in the same context is made once
+            from orchestra.agent.call_cache import CallCache
+
+            tools = CallCache(tools, max_kept=tool_replay)
         self.loop = AgentLoop(self.engine, tools, Prompter(self.tokenizer, **prompter_kwargs),
                               eos_token_ids=eos_token_ids(self.tokenizer), **agent_kwargs)
         self._agent_loop = AgentLoopRunner(self.loop)
@@ -188,7 +193,9 @@ class RolloutWorker:
 
     def stats(self) -> dict[str, Any]:
         get = getattr(self.engine, "stats", None)
-        return {"worker_id": self.worker_id, "version": self.version, **(get() if callable(get) else {})}
+        tools = self.loop.tools
+        replays = {"tool_calls_asked": tools.calls, "tool_calls_made": tools.made} if hasattr(tools, "made") else {}
+        return {"worker_id": self.worker_id, "version": self.version, **(get() if callable(get) else {}), **replays}
 
 
 class AgentLoopRunner:

@@ -176,6 +176,7 @@ def start_rollout_workers(cfg: ExperimentConfig, tool_handles: dict[str, Any], r
             agent_kwargs=cfg.agent.loop_kwargs(), prompter_kwargs=prompter_kwargs(cfg),
             tool_handles={n: tool_actor_name(n) for n in tool_handles}, torch_threads=cfg.cluster.torch_threads,
             tool_timeout_s=cfg.zoo.server.timeout_s, tool_max_in_flight=cfg.zoo.server.client_max_in_flight,
+            tool_replay=cfg.zoo.server.client_replay,
             reward_actor=REWARD_NAME if reward is not None else None,
             # τ² tasks run their own in-process tools (call_expert over the zoo's experts) and user simulator
             zoo=zoo_dict(cfg.zoo), tau2=asdict(cfg.tau2)))

@@ -8,14 +8,18 @@ episode's context, never on the preference (the assumption that lets one explora
 orchestra/routing/explore.py), so the trainer plays every scripted episode through one `CallCache`: exploration,
 demonstrations, SFT's check and the router's held-out plays (cluster/trainer.py). A replayed result is the first
 call's, its $ and seconds included: a route is charged for every call it makes, as if made again. Failures are not
-kept (the next caller makes the call itself). The policy's own episodes never come here: they run on the rollout
-workers. τ² tasks (`category: func_call`) bypass it: their tools answer from a session the episode's earlier calls
-changed, which the context below does not show.
+kept (the next caller makes the call itself). τ² tasks (`category: func_call`) bypass it: their tools answer from a
+session the episode's earlier calls changed, which the context below does not show.
+The policy's own episodes come here only where `zoo.server.client_replay` > 0: each rollout worker then keeps that
+many results (least recently used dropped first). The same assumption holds there, and pays most in SFT's checks and
+the evaluations, which play each task under several vectors with one episode seed: the policy often makes the
+same call in the same context under each (actors/rollout_worker.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import hashlib
 import json
@@ -35,16 +39,25 @@ def call_key(tool: str, args: dict[str, Any], ctx: ToolContext) -> str:
 
 class CallCache:
     """Wraps a ToolClient (`inner`): the first call of a key is made, concurrent callers of the same key wait for
-    it, later callers get a copy of its result. `calls` / `made` count what was asked and what reached `inner`."""
+    it, later callers get a copy of its result. `calls` / `made` count what was asked and what reached `inner`.
+    `max_kept` > 0 keeps at most that many results, the least recently used dropped first (0: all, for one run's
+    scripted plays). Other attributes are `inner`'s (e.g. RayToolClient.aschemas)."""
 
-    def __init__(self, inner: Any):
-        self.inner = inner
-        self.kept: dict[str, ToolResult] = {}
+    def __init__(self, inner: Any, max_kept: int = 0):
+        if max_kept < 0:
+            raise ValueError(f"max_kept must be >= 0 (0: keep every result), got {max_kept}")
+        self.inner, self.max_kept = inner, max_kept
+        self.kept: collections.OrderedDict[str, ToolResult] = collections.OrderedDict()
         self._flight: dict[str, asyncio.Future] = {}
         self.calls = self.made = 0
 
     def schemas(self, task: Task) -> list[dict[str, Any]]:
         return self.inner.schemas(task)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (copy / unpickling): no recursion through self.inner
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         self.calls += 1
@@ -52,6 +65,7 @@ class CallCache:
             return await self._make(call, ctx)
         key = call_key(call.name, call.arguments, ctx)
         if key in self.kept:
+            self.kept.move_to_end(key)
             return copy.deepcopy(self.kept[key])
         loop = asyncio.get_running_loop()
         pending = self._flight.get(key)
@@ -66,6 +80,8 @@ class CallCache:
             result = await self._make(call, ctx)
             if result.ok:
                 self.kept[key] = copy.deepcopy(result)  # callers may change theirs
+                while self.max_kept and len(self.kept) > self.max_kept:
+                    self.kept.popitem(last=False)
         finally:  # also when the caller is cancelled: waiters then make the call themselves
             if self._flight.get(key) is mine:
                 del self._flight[key]

@@ -140,6 +140,7 @@ def validate(cfg: ExperimentConfig) -> None:
          "needs data.preference_pairs (the vectors each demonstrated task is played under)")
     need(cfg.zoo.server.max_concurrency >= 1, "zoo.server.max_concurrency", "must be >= 1")
     need(cfg.zoo.server.client_max_in_flight >= 0, "zoo.server.client_max_in_flight", "must be >= 0 (0: no cap)")
+    need(cfg.zoo.server.client_replay >= 0, "zoo.server.client_replay", "must be >= 0 (0: every call made)")
     check_mcp_servers(cfg.zoo.mcp_servers)
     need(cfg.zoo.retriever.kind in ("hybrid", "hybrid_2hop", "dense", "bm25"), "zoo.retriever.kind",
          f"must be hybrid, hybrid_2hop, dense or bm25, got {cfg.zoo.retriever.kind!r}")

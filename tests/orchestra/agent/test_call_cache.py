@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+import pytest
+
 from orchestra.agent.call_cache import CallCache
 from orchestra.agent.prompt import Prompter
 from orchestra.data.synth.template import generate_tasks
@@ -106,3 +108,22 @@ def test_exploration_through_the_cache_has_the_same_outcomes_with_fewer_calls():
     assert rows(cache) == rows(tools)
     asked = sum(len(p.calls) for p in plans) * len(tasks)
     assert cache.calls == asked and cache.made < asked  # each task's program written and run once, not per plan
+
+
+def test_a_bounded_cache_drops_the_least_recently_used_and_lends_the_rest_of_its_client():
+    inner = Counting()
+    inner.aschemas = "the inner client's"  # e.g. RayToolClient.aschemas, which the rollout worker warms up with
+    cache = CallCache(inner, max_kept=2)
+    ctx = ToolContext(task=task({}))
+
+    def ask(*queries: str) -> None:
+        for q in queries:
+            asyncio.run(cache.call(ToolCall("search", {"query": q}), ctx))
+
+    ask("a", "b", "a", "c")  # "a" used again after "b": "b" is the one dropped when "c" comes
+    assert inner.made == 3 and len(cache.kept) == 2
+    ask("a", "c", "b")
+    assert inner.made == 4  # only "b" made again
+    assert cache.aschemas == "the inner client's" and not hasattr(CallCache(Counting()), "aschemas")
+    with pytest.raises(ValueError, match="max_kept"):
+        CallCache(inner, max_kept=-1)
