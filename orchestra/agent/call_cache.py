@@ -12,8 +12,8 @@ kept (the next caller makes the call itself). τ² tasks (`category: func_call`)
 session the episode's earlier calls changed, which the context below does not show.
 The policy's own episodes come here only where `zoo.server.client_replay` > 0: each rollout worker then keeps that
 many results (least recently used dropped first). The same assumption holds there, and pays most in SFT's checks and
-the evaluations, which play each task under several vectors with one episode seed: the policy often makes the
-same call in the same context under each (actors/rollout_worker.py).
+the evaluations, which play each task under several vectors: the policy often makes the same call in the same
+context under each, and at each check again (actors/rollout_worker.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""actors/rollout_worker.py with zoo.server.client_replay: the policy's episodes under several preferences with one
-episode seed (as SFT's check and the evaluations play them) make each tool call once, and their trajectories are
-the ones every call made anew gives, $ and seconds included."""
+"""actors/rollout_worker.py with zoo.server.client_replay: the policy's episodes on one task under several preferences
+(as SFT's check and the evaluations play them) make each tool call once, and their trajectories are the ones every
+call made anew gives, $ and seconds included."""
 
 from __future__ import annotations
 
@@ -39,6 +39,6 @@ def test_replayed_tool_calls_give_the_trajectories_fresh_calls_give_with_each_ca
     assert plays == _play(fresh)
     assert all(p[1] == "answered" and p[4] > 0 for p in plays)
     stats = replaying.stats()
-    # 4 tasks x 3 presets x 2 calls asked; each task's 2 calls made once (one seed, one context per task)
+    # 4 tasks x 3 presets x 2 calls asked; each task's 2 calls made once (one context per task and call)
     assert (stats["tool_calls_asked"], stats["tool_calls_made"]) == (24, 8)
     assert "tool_calls_asked" not in fresh.stats()
