@@ -85,8 +85,8 @@ def engine_line(tot: dict[str, float]) -> str:
             f"{tot['busy_s']:.0f} s at {tot['tokens_generated'] / max(tot['busy_s'], 1e-9):.0f} generated tok/s, "
             f"{tot['reused_prefix_tokens'] / max(tot['prompt_tokens'], 1):.0%} of prompt tokens reused from kept KV "
             f"caches, mean wait for a batch {1000 * tot['queue_wait_s'] / tot['rows']:.0f} ms per request"
-            + (f"; tool calls {tot['tool_calls_asked']:.0f} asked, {tot['tool_calls_made']:.0f} made (the rest replayed: "
-               "zoo.server.client_replay)" if tot.get("tool_calls_asked") else ""))
+            + (f"; tool calls {tot['tool_calls_asked']:.0f} asked, {tot['tool_calls_made']:.0f} made (the rest "
+               "replayed: zoo.server.client_replay)" if tot.get("tool_calls_asked") else ""))
 
 
 def family_lines(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

@@ -72,9 +72,9 @@ class ToolServerConfig:
     max_concurrency: int = 64  # per tool server (one per tool)
     # per rollout worker: tool calls outstanding at once over ALL tools (0: no cap beyond the servers')
     client_max_in_flight: int = 0
-    # per rollout worker: distinct tool calls (tool, arguments, task, what the episode gathered) whose result it keeps and
-    # replays to the policy's later episodes, charged again as if made (orchestra/agent/call_cache.py, the scripted
-    # plays' rule); 0: every call reaches its server. For tools whose result that key decides (the simulated zoo)
+    # per rollout worker: distinct tool calls (tool, arguments, task, what the episode gathered) whose result it
+    # keeps and replays to the policy's later episodes, charged again as if made (orchestra/agent/call_cache.py, the
+    # scripted plays' rule); 0: every call reaches its server. For tools whose result that key decides (the sim zoo)
     client_replay: int = 0
     timeout_s: float = 60.0
     retries: int = 2
