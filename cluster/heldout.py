@@ -191,6 +191,27 @@ def unseen_sweep(cfg: Any, train: list[Task]) -> dict[str, Preference]:
     return sweep_preferences()
 
 
+def sweep_read_as_trained(cfg: Any, train: list[Task]) -> dict[str, str]:
+    """The sweep's points whose preference line, as the policy reads it (the prompt's one rendering, cfg.agent), is
+    also the line of a vector the run trained on, of a rung of SFT's check (which decides when SFT stops) or of a
+    preset: {sweep name: what it reads like}; empty when the sweep is unseen as the policy sees it. Bin words without
+    numbers (agent.preference_numbers=false) read every point like a rung of the check: the sweep then measures
+    held-out tasks at trained prompts, and the run says so (`heldout_sweep_read_as_trained`, the verdict's line)."""
+    from orchestra.agent.prompt import preference_text
+    from orchestra.preferences import CHECK_COSTS, PRESETS, sweep_vectors
+
+    a = cfg.agent
+
+    def line(p: Preference) -> str:
+        return preference_text(p, a.preference_words, a.preference_numbers, a.preference_levels, a.number_format)
+
+    seen = {line(v): f"a training vector (cost {v.get('cost', 0.0):g}, latency {v.get('latency', 0.0):g})"
+            for v in training_vectors(cfg, train)}
+    seen |= {line(v): f"SFT's check rung cost {name[len(PREFIX):]}" for name, v in sweep_vectors(CHECK_COSTS).items()}
+    seen |= {line(v): f"the preset {name}" for name, v in PRESETS.items()}
+    return {name: seen[line(v)] for name, v in sweep_preferences().items() if line(v) in seen}
+
+
 def sweep_summary(results: list[EpisodeResult], scored: list[Scored], requests: list[dict[str, Any]]
                   ) -> dict[str, Any]:
     """The sweep's points (cost weight, mean $, accuracy) and `adherence` (orchestra/eval/adherence.py)."""

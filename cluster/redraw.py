@@ -44,7 +44,7 @@ def redraw(run_dir: Path, heldout_seed: int | None, n: int | None = None) -> dic
     """The run's policy and router on draw `heldout_seed`: a summary shaped as the trainer's (after_rl, unseen_sweep,
     router with its sweep), with `verdict` (follows, judged, problems) added."""
     from cluster.evaluate import build
-    from cluster.heldout import unseen_sweep
+    from cluster.heldout import sweep_read_as_trained, unseen_sweep
     from orchestra.config import load_config
     from orchestra.data.tasks import load_tasks
     from orchestra.eval.verdict import goals_of, verdict
@@ -56,11 +56,13 @@ def redraw(run_dir: Path, heldout_seed: int | None, n: int | None = None) -> dic
     own = {"checkpoint": str(run_dir), "preference": cfg.eval.preference, "seeds": "1", "baselines": "",
            "n": str(n or cfg.eval.n_tasks), "out": str(run_dir / f"redraw_{tag}")}
     ev, tasks, policies, _, seeds, out = build(cfg, own)
-    prefs = {p: preset(p) for p in COST_ORDER} | unseen_sweep(cfg, load_tasks(run_dir / "data" / "train.jsonl"))
+    train = load_tasks(run_dir / "data" / "train.jsonl")
+    prefs = {p: preset(p) for p in COST_ORDER} | unseen_sweep(cfg, train)
     records = asyncio.run(ev.run(tasks, policies, prefs, seeds, pref_policies=tuple(policies)))
     mine, theirs = (evaluation(records, p, list(COST_ORDER)) for p in ("orchestrator", "estimator"))
     summary = {"heldout_seed": heldout_seed, "tasks": len(tasks), "after_rl": {"by_pref": mine["by_pref"]},
-               "unseen_sweep": mine["sweep"], "router": {"by_pref": theirs["by_pref"], "sweep": theirs["sweep"]}}
+               "unseen_sweep": mine["sweep"], "router": {"by_pref": theirs["by_pref"], "sweep": theirs["sweep"]},
+               "heldout_sweep_read_as_trained": len(sweep_read_as_trained(cfg, train))}
     v = verdict(summary, goals_of(cfg))
     summary["verdict"] = {"follows": v.follows, "judged": v.judged, "problems": v.problems}
     out.mkdir(parents=True, exist_ok=True)

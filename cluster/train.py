@@ -90,7 +90,9 @@ def verdict_lines(cfg: Any, summary: dict) -> int:
 # the eval presets, which are *trained* vectors (the warm start labels under them, RL pairs them): the gain is the
 # mean over those presets; spread, monotone and the estimator router's margin are there when they are the
 # cost-ordered presets. `heldout_unseen_adherence` (with eval.sweep) is taken under the adherence sweep, vectors
-# no training used (checked: cluster/heldout.unseen_sweep). `_lo` / `_hi`: paired bootstrap 95 % intervals
+# no training used (checked: cluster/heldout.unseen_sweep); `heldout_sweep_read_as_trained` counts its points whose
+# preference line, as the policy reads it, is a trained one's (bin words without numbers: all five; cpu_tiny 0:
+# cluster/heldout.sweep_read_as_trained). `_lo` / `_hi`: paired bootstrap 95 % intervals
 # (cluster/heldout.paired_gain); `rl_gain_ci_low` is the gain's lower end: RL helped beyond chance when it is > 0.
 # `heldout_hint_agreement` (agent.route_hints): the share of held-out episodes that call the plan the prompt's
 # router line suggests (cluster/heldout.hint_agreement).
@@ -99,8 +101,8 @@ def verdict_lines(cfg: Any, summary: dict) -> int:
 # start's); `val_rl_gain` (_lo, _hi): that comparison (cluster/rl_gate.py).
 RESULTS = ("heldout_reward_gain", "heldout_reward_gain_lo", "heldout_reward_gain_hi", "heldout_pref_spread",
            "heldout_monotone", "heldout_format_ok", "heldout_vs_estimator", "heldout_vs_estimator_lo",
-           "heldout_vs_estimator_hi", "heldout_unseen_adherence", "heldout_hint_agreement", "rl_kept", "val_rl_gain",
-           "val_rl_gain_lo", "val_rl_gain_hi", "train_wall_s")
+           "heldout_vs_estimator_hi", "heldout_unseen_adherence", "heldout_sweep_read_as_trained",
+           "heldout_hint_agreement", "rl_kept", "val_rl_gain", "val_rl_gain_lo", "val_rl_gain_hi", "train_wall_s")
 
 
 def result_lines(summary: dict, consults: bool = False) -> list[str]:

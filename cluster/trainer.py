@@ -330,6 +330,10 @@ class Trainer:
             self.console.print("held-out, unseen sweep (cost weight: ¢, accuracy): " + ", ".join(
                 f"{p['cost_weight']:g}: {100 * p['cost_usd']:.4f}, {p['accuracy']:.3f}"
                 for p in summary["unseen_sweep"]["points"]) + f"; adherence {summary['heldout_unseen_adherence']:.2f}")
+            seen = heldout.sweep_read_as_trained(self.cfg, self.train)  # unseen vectors, yet perhaps trained prompts
+            summary["heldout_sweep_read_as_trained"] = len(seen)
+            for name, like in seen.items():
+                self.console.print(f"[yellow]note: {name} reads, as the policy sees it, like {like}[/]")
         summary["train_wall_s"] = time.perf_counter() - self.started
         summary["engines"] = self._engine_report()
         (self.dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float))

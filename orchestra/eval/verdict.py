@@ -160,7 +160,8 @@ def preset_curve(figures: dict[str, Any], router: dict[str, Any] | None) -> Curv
                  per_task([by[p] for p in COST_ORDER]))
 
 
-def sweep_curve(sweep: dict[str, Any] | None, router_sweep: dict[str, Any] | None) -> Curve | None:
+def sweep_curve(sweep: dict[str, Any] | None, router_sweep: dict[str, Any] | None,
+                name: str = "unseen sweep") -> Curve | None:
     """The unseen sweep's curve (None when it was not run); the router's only where it ran the same weights."""
     points = sorted((sweep or {}).get("points") or [], key=lambda p: p["cost_weight"])
     if not points:
@@ -168,7 +169,7 @@ def sweep_curve(sweep: dict[str, Any] | None, router_sweep: dict[str, Any] | Non
     weights = [p["cost_weight"] for p in points]
     rp = sorted((router_sweep or {}).get("points") or [], key=lambda p: p["cost_weight"])
     router = [float(p["cost_usd"]) for p in rp] if [p["cost_weight"] for p in rp] == weights else None
-    return Curve("unseen sweep", [f"cost {w:g}" for w in weights], [float(p["cost_usd"]) for p in points], router,
+    return Curve(name, [f"cost {w:g}" for w in weights], [float(p["cost_usd"]) for p in points], router,
                  per_task(points))
 
 
@@ -251,7 +252,10 @@ def curves(summary: dict[str, Any], phase: str) -> tuple[Curve | None, Curve | N
     else:
         figures, sweep, adherence = summary.get("after_sft") or {}, summary.get("sft_unseen_sweep"), \
             summary.get("sft_unseen_adherence")
-    return preset_curve(figures, router), sweep_curve(sweep, router.get("sweep")), adherence
+    # unseen vectors whose prompts read like trained ones (bin words): named so (cluster/heldout.sweep_read_as_trained)
+    seen = int(summary.get("heldout_sweep_read_as_trained") or 0)
+    name = f"sweep ({seen} points read as trained prompts)" if seen else "unseen sweep"
+    return preset_curve(figures, router), sweep_curve(sweep, router.get("sweep"), name), adherence
 
 
 def verdict(summary: dict[str, Any], goals: Goals, sft_max_steps: int = 0) -> Verdict:

@@ -54,8 +54,21 @@ def test_sweep_summary_points_and_adherence():
     assert 0.9 < out["adherence"] < 1.0  # $ falls along the sweep but for the tie
 
 
+def test_a_sweep_read_like_trained_prompts_is_named_by_what_it_reads_like():
+    """heldout.sweep_read_as_trained, what a run says of its sweep: cpu_tiny's reads like nothing trained; in bin words
+    alone every point reads like a preset or a rung of SFT's check (mmlu_pro_replay, whose prompts are bin words, too:
+    `heldout_sweep_read_as_trained=5`, the verdict's sweep named so)."""
+    train = [_task(i) for i in range(50)]
+    assert heldout.sweep_read_as_trained(load_config(["experiment=cpu_tiny"]), train) == {}
+    words = load_config(["experiment=cpu_tiny", "agent.preference_numbers=false", "agent.preference_words=true"])
+    seen = heldout.sweep_read_as_trained(words, train)
+    assert seen["sweep:cost=0.03"] == "the preset accuracy-first"  # 0.05 at latency 0: "cost minimal, latency none"
+    assert seen["sweep:cost=0.1"] == "SFT's check rung cost 0.07" and len(seen) == len(SWEEP_COSTS)
+    assert len(heldout.sweep_read_as_trained(load_config(["experiment=mmlu_pro_replay"]), train)) == len(SWEEP_COSTS)
+
+
 # cpu_tiny only: mmlu_pro_replay and the routing-log presets still show bin words, where each sweep point reads like a
-# rung of SFT's check (docs/recipe.md, "Known weak")
+# rung of SFT's check (the run says so: the test above; docs/recipe.md, "Known weak")
 @pytest.mark.parametrize("experiment", ["cpu_tiny"])
 def test_the_sweep_reads_unlike_any_training_check_or_preset_prompt(experiment):
     """Unseen as the policy sees it (issue 69): every sweep vector renders, through the one rendering the prompt uses,

@@ -63,6 +63,15 @@ def test_a_flat_middle_fails_where_rank_adherence_passed_it():
     assert "lost in the warm start (SFT)" in "\n".join(report(v, s))
 
 
+def test_a_sweep_whose_prompts_read_as_trained_ones_is_named_so():
+    """A run whose sweep points render like trained prompts (bin words: cluster/heldout.sweep_read_as_trained) is
+    judged on the same figures, under a name that says what they measure."""
+    flat = run(rl_sweep=FLAT_MIDDLE, sft_sweep=FLAT_MIDDLE, heldout_sweep_read_as_trained=5)
+    assert verdict(flat, Goals()).problems[0].startswith("sweep (5 points read as trained prompts): from cost 0.03")
+    v = verdict(run(heldout_sweep_read_as_trained=5), Goals())
+    assert v.ok and v.judged[2].startswith("sweep (5 points read as trained prompts): $ ")
+
+
 def test_a_policy_at_its_floor_a_step_before_its_router_is_not_asked_to_fall_further():
     """The run that changed the rule from per step to cumulative (seed 0, old draw): the policy spent 0.030 ¢ at cost
     weight 1, its router 0.074 ¢, and both about 0.025 ¢ at 3; a rise there would still fail."""
