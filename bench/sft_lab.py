@@ -1,5 +1,5 @@
 """The SFT lab: a run's warm start replayed outside Ray, on the CPU and (where a GPU is present) on CUDA in fp32 and in
-TF32, scoring as it goes whether the policy reads its preference. It is the measurement behind docs/recipe.md's
+TF32, scoring as it goes whether the policy reads its preference. It is the measurement behind docs/warm_start.md's
 cause of seed-dependent warm starts (reading the preference is a late phase change whose timing moves with the
 device's arithmetic) and behind the fix (sft.restate_preference).
 

@@ -94,7 +94,7 @@ class SFTConfig:
     label_balance: float = 0.0
     # the same repeat-factor sampling over the labels' priorities (their bin words, shown or noted): a (cost, latency) bin
     # the fixed vectors never give, which only the sampled ones fill, is repeated too, so the policy reads every bin
-    # (docs/recipe.md, "The SFT lab"; 0: off)
+    # (docs/warm_start.md; 0: off)
     pref_balance: float = 0.0
     batch_size: int = 16
     demos: int = 600
@@ -129,12 +129,12 @@ class SFTConfig:
     # expected_value and cascade teachers: every demonstrated call opens with the prompt's priorities in bin words in a
     # think block ("<think>cost top, latency medium</think>", orchestra/agent/prompt.preference_note; read from the
     # numbers where the prompt shows no words), so the policy reads its preference into words it is trained on, and
-    # decides after them (docs/recipe.md, "The SFT lab")
+    # decides after them (docs/warm_start.md)
     restate_preference: bool = False
     # the loss weight of each demonstrated call's note (the tokens inside its think block; 1: every model token alike).
     # A note's bin word is one token of some thirty in a call: weighted alike, the tiny policy of seeds 0 and 7 wrote it
     # from the presets' whole strings and the latency, never from the cost number; weighted 8x it read the number,
-    # yet neither run followed its preference (docs/recipe.md, the SFT lab)
+    # yet neither run followed its preference (docs/warm_start.md)
     note_weight: float = 1.0
     # write the demonstrations (the TrainSamples SFT steps on) to <run_dir>/sft_samples.pkl, for bench/sft_lab.py
     save_samples: bool = False
