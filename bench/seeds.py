@@ -8,8 +8,10 @@ other (each alone on the machine: the trainer takes every core), in <root>/<expe
 already holds a summary.json is read, not trained again, only when the config it saved (config.yaml, and no
 config.<k>.yaml left by a resume under other settings) equals the one asked for, but for where the run lives
 (run_dir, its corpus path); else the script stops with the keys that differ. The code is not compared: the commit a
-run was trained at (bench_seeds.json, written when this script trains it) is printed beside today's. The seeds share
-their tasks (`data.seed` is not the run's seed), so pooled intervals take a question's runs as one draw.
+run was trained at (bench_seeds.json, written when this script trains it) is printed beside today's, and the
+machine (CPU, torch, transformers, scikit-learn, numpy) where it differs from this one: the same seed and commit on
+another machine gives other figures, verdicts included. The seeds share their tasks (`data.seed` is not the run's
+seed), so pooled intervals take a question's runs as one draw.
 
 Per seed, INFO lines: the held-out figures after SFT and after RL, what the verdict judged, SFT's checks, and per
 preset accuracy and $ of the policy and of its estimator router; a seed whose verdict is not ok is a WARNING. Then
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PRESETS = ("accuracy-first", "balanced", "cost-first")
 OWN = ("experiment", "seeds", "first", "root", "redraw")
-STAMP = "bench_seeds.json"  # the commit this script trained a run at
+STAMP = "bench_seeds.json"  # the commit and the machine this script trained a run at
 # RESULT name -> (">=", goal): a figure below it, or nan, fails
 GOALS = {"seeds_min_format_ok": 0.98, "seeds_min_vs_estimator_hi": 0.0, "seeds_min_rl_gain_hi": 0.0,
          "seeds_min_hint_agreement": 0.9}
@@ -74,6 +77,28 @@ def commit() -> str:
         return head + ("+" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return ""
+
+
+def machine() -> str:
+    """The CPU and the wheels a run's arithmetic comes from: the same seed and commit on another CPU (or with another
+    torch, transformers or scikit-learn) gives other figures, other verdicts included (docs/recipe.md, "The same
+    recipe on another machine")."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    wheels = []
+    for pkg in ("torch", "transformers", "scikit-learn", "numpy"):
+        try:
+            wheels.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            pass
+    return f"{cpu}, {os.cpu_count()} CPUs; " + ", ".join(wheels)
 
 
 def config_diff(run_dir: Path, args: list[str]) -> list[str]:
@@ -107,15 +132,17 @@ def train(experiment: str, seed: int, run_dir: Path, overrides: list[str]) -> di
         if diff:
             raise Refused(f"{run_dir} holds a finished run of another config ({', '.join(diff[:8])}"
                           + (f" and {len(diff) - 8} more" if len(diff) > 8 else "") + "): delete it or pick another root=")
-        stamp = run_dir / STAMP
-        then = json.loads(stamp.read_text()).get("commit", "") if stamp.is_file() else ""
-        print(f"INFO seeds: {run_dir} read (same config; trained at commit {then or 'unknown'}, the code is at "
-              f"{commit() or 'unknown'})")
+        then = json.loads((run_dir / STAMP).read_text()) if (run_dir / STAMP).is_file() else {}
+        print(f"INFO seeds: {run_dir} read (same config; trained at commit {then.get('commit') or 'unknown'}, the code "
+              f"is at {commit() or 'unknown'})")
+        if then.get("machine", "") != machine():  # a figure is its machine's: say so where they differ
+            print(f"INFO seeds: {run_dir} was trained on {then.get('machine') or 'an unrecorded machine'}, this is "
+                  f"{machine()}: its figures are that machine's")
         return json.loads(summary.read_text())
     cmd = [sys.executable, "-m", "cluster.train", *args]
     print(f"INFO seeds: {' '.join(cmd[2:])}", flush=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / STAMP).write_text(json.dumps({"commit": commit()}))
+    (run_dir / STAMP).write_text(json.dumps({"commit": commit(), "machine": machine()}))
     subprocess.run(cmd, cwd=ROOT, check=True)
     return json.loads(summary.read_text())
 
@@ -273,6 +300,7 @@ def main(argv: list[str]) -> int:
     first, n = int(args.get("first", 0)), int(args.get("seeds", 5))
     root = Path(args.get("root", ROOT / "runs" / "seeds")) / Path(experiment).stem
     cfg = load_config([f"experiment={experiment}", *overrides])
+    print(f"INFO seeds: on {machine()} (figures are this machine's: another CPU or wheel gives others)", flush=True)
     try:
         runs = [train(experiment, s, root / f"s{s}", overrides) for s in range(first, first + n)]
     except Refused as e:

@@ -91,7 +91,13 @@ def test_a_run_dir_is_read_only_under_the_config_asked_for(tmp_path, capsys):
     (run / "config.yaml").write_text(to_yaml(saved))
     (run / "summary.json").write_text(json.dumps(summary(FOLLOWS)))
     assert seeds.train("cpu_tiny", 0, run, asked)["rl_kept"] == 1  # same config: read
-    assert "read (same config" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "read (same config" in out and "was trained on an unrecorded machine, this is " in out
+    (run / seeds.STAMP).write_text(json.dumps({"commit": "abc1234", "machine": seeds.machine()}))
+    seeds.train("cpu_tiny", 0, run, asked)  # trained here: the machine goes unsaid
+    out = capsys.readouterr().out
+    assert "trained at commit abc1234" in out and "was trained on" not in out
+    assert "torch " in seeds.machine() and "CPUs;" in seeds.machine()
     with pytest.raises(seeds.Refused, match="sft.steps"):
         seeds.train("cpu_tiny", 0, run, ["sft.steps=40"])
     assert seeds.main(["seeds=1", f"root={tmp_path}", "sft.steps=40"]) == 2
