@@ -135,9 +135,10 @@ def train(experiment: str, seed: int, run_dir: Path, overrides: list[str]) -> di
         then = json.loads((run_dir / STAMP).read_text()) if (run_dir / STAMP).is_file() else {}
         print(f"INFO seeds: {run_dir} read (same config; trained at commit {then.get('commit') or 'unknown'}, the code "
               f"is at {commit() or 'unknown'})")
-        if then.get("machine", "") != machine():  # a figure is its machine's: say so where they differ
+        here = machine()
+        if then.get("machine", "") != here:  # a figure is its machine's: say so where they differ
             print(f"INFO seeds: {run_dir} was trained on {then.get('machine') or 'an unrecorded machine'}, this is "
-                  f"{machine()}: its figures are that machine's")
+                  f"{here}: its figures are that machine's")
         return json.loads(summary.read_text())
     cmd = [sys.executable, "-m", "cluster.train", *args]
     print(f"INFO seeds: {' '.join(cmd[2:])}", flush=True)

@@ -209,7 +209,8 @@ def sweep_read_as_trained(cfg: Any, train: list[Task]) -> dict[str, str]:
             for v in training_vectors(cfg, train)}
     seen |= {line(v): f"SFT's check rung cost {name[len(PREFIX):]}" for name, v in sweep_vectors(CHECK_COSTS).items()}
     seen |= {line(v): f"the preset {name}" for name, v in PRESETS.items()}
-    return {name: seen[line(v)] for name, v in sweep_preferences().items() if line(v) in seen}
+    lines = {name: line(v) for name, v in sweep_preferences().items()}
+    return {name: seen[text] for name, text in lines.items() if text in seen}
 
 
 def sweep_summary(results: list[EpisodeResult], scored: list[Scored], requests: list[dict[str, Any]]

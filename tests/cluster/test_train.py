@@ -130,7 +130,8 @@ def test_expected_value_warm_start_end_to_end(toy_run):
         "RESULT heldout_pref_spread", "RESULT heldout_monotone", "RESULT heldout_format_ok",
         "RESULT heldout_vs_estimator", "RESULT heldout_vs_estimator_lo", "RESULT heldout_vs_estimator_hi",
         "RESULT heldout_unseen_adherence", "RESULT heldout_sweep_read_as_trained", "RESULT heldout_hint_agreement",
-        "RESULT rl_kept", "RESULT val_rl_gain", "RESULT val_rl_gain_lo", "RESULT val_rl_gain_hi", "RESULT train_wall_s", "RESULT rl_gain_ci_low"]
+        "RESULT rl_kept", "RESULT val_rl_gain", "RESULT val_rl_gain_lo", "RESULT val_rl_gain_hi", "RESULT train_wall_s",
+        "RESULT rl_gain_ci_low"]
     # RL's gate on its validation split (2 of the 12 training tasks, never sampled by RL, never held out)
     assert summary["val_sft"]["episodes"] == summary["val_rl"]["episodes"] == 2 * 3
     keep = load_config([f"experiment={run / 'config.yaml'}"]).algo.keep_rl  # cpu_tiny's: better
