@@ -123,16 +123,24 @@ def verl(c: nodes.LocalCluster, jobs: Jobs, python: str, out: Path, vllm: bool) 
     common = [f"verl.output_dir={run}", "algo.steps=4"]
     job = launcher(c, python, common, out, "verl_a")
     tracker = run / "checkpoints" / "latest_checkpointed_iteration.txt"
-    while not (tracker.is_file() and tracker.read_text().strip() == "2"):
+    seen: dict[str, float] = {}
+    while "2" not in seen:
         if jobs.status(job) in TERMINAL:
             raise RuntimeError(f"verl job A ended {jobs.status(job)} before step 2: {jobs.logs(job)[-3000:]}")
-        time.sleep(1.0)
-    time.sleep(5.0)  # into step 3's rollout
+        if tracker.is_file() and (step := tracker.read_text().strip()) not in seen:
+            seen[step] = time.monotonic()
+        time.sleep(0.2)
     ip = rank_node(jobs.logs(job), 1) or c.nodes[2].ip
     victim = next(n for n in c.nodes if n.ip == ip)
-    say(f"verl job A wrote global_step_2; losing {victim.name} ({ip}), rank 1's node")
+    # Into step 3's rollout, by this machine's own step time: a fixed 5 s outlasted a whole step on a faster machine
+    # (3.6 s a step), global_step_3 was written before the loss and the job rightly named it, not global_step_2.
+    step_s = seen["2"] - seen["1"] if "1" in seen else 3.0
+    time.sleep(max(0.0, min(5.0, 0.3 * step_s) - (time.monotonic() - seen["2"])))
+    say(f"verl job A wrote global_step_2 (a step took {step_s:.1f} s); losing {victim.name} ({ip}), rank 1's node")
     killed = time.monotonic()
     nodes.lose(c, victim.name, wait=False)
+    if tracker.read_text().strip() != "2":  # the loss came too late to land in step 3: say so, not a vague nan
+        say(f"verl job A had already written global_step_{tracker.read_text().strip()} when its node was lost")
     status, _ = jobs.wait(job, 300)
     detect = time.monotonic() - killed
     text = jobs.save(job, out / "verl_a.log")
