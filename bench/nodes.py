@@ -48,9 +48,11 @@ HEAD_IP, GCS_PORT, DASH_PORT = "127.0.0.21", 6490, 8490  # beside a `make cluste
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0",
        "TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "0"}
-# the local backend's run at toy size (tests/cluster/test_train.py's SMALL, longer episodes so a rollout is in flight)
+# the local backend's run at toy size (tests/cluster/test_train.py's SMALL, longer episodes so a rollout is in flight;
+# 6 steps: with 3, a machine whose steps took 3-6 s finished the run during the dashboard's screenshots, ~14 s)
+STEPS = 6
 TOY = ["zoo.tools=[enhance_reasoning,answer]", "cluster.torch_threads=1", "data.n_train=8", "data.n_heldout=4",
-       "algo.group_size=4", "algo.prompts_per_step=4", "algo.steps=3", "sft.steps=2", "sft.demos=8", "sft.batch_size=8",
+       "algo.group_size=4", "algo.prompts_per_step=4", f"algo.steps={STEPS}", "sft.steps=2", "sft.demos=8", "sft.batch_size=8",
        "eval.n_tasks=4", "eval.seeds=1", "sampling.max_tokens=300", "agent.max_turns=2", "checkpoint.every_steps=1",
        "log.tensorboard=false", "log.plots=false", "cluster.rollout_worker_cpus=0.5", "cluster.learner_cpus=0.5",
        "sft.teacher=random", "sft.restate_preference=false", "sft.until_follows=false", "sft.max_steps=0",
@@ -234,12 +236,15 @@ def local(c: nodes.LocalCluster, jobs: Jobs, python: str, out: Path, dashboard: 
         figures.update(dashboard_shots(c, out, job, names))
     worker = next((w for w in ("rollout-worker-0", "rollout-worker-1") if where.get(w) != where.get("learner")),
                   "rollout-worker-0")
-    while not rolling(c, worker) and jobs.status(job) not in TERMINAL:
+    while not (caught := rolling(c, worker)) and jobs.status(job) not in TERMINAL:
         time.sleep(0.3)
     victim = where.get(worker, "")
-    say(f"losing {victim}, the node of {worker} (the learner is on {where.get('learner')}), mid-rollout")
-    nodes.lose(c, victim, wait=True)
-    nodes.start_node(c, c.node(victim))
+    if caught:
+        say(f"losing {victim}, the node of {worker} (the learner is on {where.get('learner')}), mid-rollout")
+        nodes.lose(c, victim, wait=True)
+        nodes.start_node(c, c.node(victim))
+    else:  # nothing in flight to lose: say so (nodes_local_replayed then reads 0)
+        say(f"the local run ended before a rollout of {worker} was caught in flight: no node lost")
     status, took = jobs.wait(job, 900)
     text = jobs.save(job, out / "local.log")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] if (
@@ -249,7 +254,7 @@ def local(c: nodes.LocalCluster, jobs: Jobs, python: str, out: Path, dashboard: 
     counted = sum(r["reward_actor"]["episodes"] for r in train)
     errors = sum(r["reward_actor"]["errors"] for r in train)
     say(f"local run: {status} in {took:.0f} s; steps {[r['step'] for r in train]}, episodes {counted}, errors {errors}")
-    lost = 3 * per_step - counted + errors if status == "SUCCEEDED" and len(train) == 3 else float("nan")
+    lost = STEPS * per_step - counted + errors if status == "SUCCEEDED" and len(train) == STEPS else float("nan")
     figures.update(nodes_local_lost_episodes=lost, nodes_local_replayed=int("are played again" in " ".join(text.split())))
     return figures
 
