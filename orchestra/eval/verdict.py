@@ -142,11 +142,11 @@ def step_problems(c: Curve, goals: Goals) -> tuple[list[str], str]:
             if s]
     # and the whole way from the first point to each point after its first step (that step is judged above): a
     # policy that starts below its router and stays flat there fails
-    fell = [c.fall(0, j) for j in range(1, len(c.policy))]
-    r_fell = [log_fall(c.router[0], x) for x in c.router[1:]]
+    fell = [c.fall(0, j) for j in range(2, len(c.policy))]
+    r_fell = [log_fall(c.router[0], x) for x in c.router[2:]]
     bad += [f"{c.name}: from {c.labels[0]} to {b} $ falls {f:.2f} on the log scale"
             + (f" (95% up to {hi:.2f})" if c.tasks else "") + f", goal >= {goals.share * r:.2f} "
-            f"({goals.share:.2g} of its router's {r:.2f})" for b, (f, hi), r in zip(c.labels[2:], fell[1:], r_fell[1:])
+            f"({goals.share:.2g} of its router's {r:.2f})" for b, (f, hi), r in zip(c.labels[2:], fell, r_fell)
             if not hi >= goals.share * r - TOLERANCE]
     span = " ... ".join(dict.fromkeys([c.labels[2], c.labels[-1]])) if len(c.labels) > 2 else "-"
     line = (f"{c.name}: $ {shown} ¢; ln($ fall) per step " + " · ".join(
@@ -154,9 +154,8 @@ def step_problems(c: Curve, goals: Goals) -> tuple[list[str], str]:
             + f" (each >= {goals.share:.2g} x its router's " + " · ".join(f"{r:.2f}" for r in r_steps)
             + (", within its 95% interval," if c.tasks else "") + " or at most its router's $ there; none rising "
             f"where its router's does not), from {c.labels[0]} to {span} "
-            + " · ".join(f"{f:.2f}" + (f" (to {hi:.2f})" if c.tasks else "") for f, hi in fell[1:])
-            + f" (each >= {goals.share:.2g} x its router's "
-            + " · ".join(f"{r:.2f}" for r in r_fell[1:]) + ")")
+            + " · ".join(f"{f:.2f}" + (f" (to {hi:.2f})" if c.tasks else "") for f, hi in fell)
+            + f" (each >= {goals.share:.2g} x its router's " + " · ".join(f"{r:.2f}" for r in r_fell) + ")")
     return bad, line
 
 
