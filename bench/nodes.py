@@ -52,7 +52,8 @@ ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENAB
 # 6 steps: with 3, a machine whose steps took 3-6 s finished the run during the dashboard's screenshots, ~14 s)
 STEPS = 6
 TOY = ["zoo.tools=[enhance_reasoning,answer]", "cluster.torch_threads=1", "data.n_train=8", "data.n_heldout=4",
-       "algo.group_size=4", "algo.prompts_per_step=4", f"algo.steps={STEPS}", "sft.steps=2", "sft.demos=8", "sft.batch_size=8",
+       "algo.group_size=4", "algo.prompts_per_step=4", f"algo.steps={STEPS}", "sft.steps=2", "sft.demos=8",
+       "sft.batch_size=8",
        "eval.n_tasks=4", "eval.seeds=1", "sampling.max_tokens=300", "agent.max_turns=2", "checkpoint.every_steps=1",
        "log.tensorboard=false", "log.plots=false", "cluster.rollout_worker_cpus=0.5", "cluster.learner_cpus=0.5",
        "sft.teacher=random", "sft.restate_preference=false", "sft.until_follows=false", "sft.max_steps=0",
@@ -141,8 +142,8 @@ def verl(c: nodes.LocalCluster, jobs: Jobs, python: str, out: Path, vllm: bool) 
     say(f"verl job A wrote global_step_2 (a step took {step_s:.1f} s); losing {victim.name} ({ip}), rank 1's node")
     killed = time.monotonic()
     nodes.lose(c, victim.name, wait=False)
-    if tracker.read_text().strip() != "2":  # the loss came too late to land in step 3: say so, not a vague nan
-        say(f"verl job A had already written global_step_{tracker.read_text().strip()} when its node was lost")
+    if (newest := tracker.read_text().strip()) != "2":  # the loss came too late for step 3: say so, not a vague nan
+        say(f"verl job A had already written global_step_{newest} when its node was lost")
     status, _ = jobs.wait(job, 300)
     detect = time.monotonic() - killed
     text = jobs.save(job, out / "verl_a.log")

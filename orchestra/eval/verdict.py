@@ -112,9 +112,9 @@ def step_problems(c: Curve, goals: Goals) -> tuple[list[str], str]:
     within its interval (or ends at or below the router's $), and from the curve's first point to each point after
     its first step the fall is at least `share` of the router's; without, $ falls strictly at every step ($0 to $0
     excepted)."""
-    steps = [log_fall(a, b) for a, b in zip(c.policy, c.policy[1:])]
     shown = " · ".join(f"{100 * x:.4f}" for x in c.policy)
     if c.router is None:
+        steps = [log_fall(a, b) for a, b in zip(c.policy, c.policy[1:])]
         # a step from $0 to $0 passes: nothing is left to fall (a nan fails)
         floor = [x == 0 and y == 0 for x, y in zip(c.policy, c.policy[1:])]
         bad = [f"{c.name}: from {a} to {b} $ falls {f:.2f} on the log scale, goal > 0 (no router figures: strictly "

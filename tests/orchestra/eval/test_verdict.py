@@ -146,15 +146,15 @@ def test_a_rise_where_the_router_is_flat_fails_only_where_its_whole_interval_doe
     """mmlu_pro_replay seed 0 (draw 69, 4a1bef6): its router sends balanced and cost-first to one model; the policy,
     copying its route hint on every task, spent 1 % more at cost-first (95 % up to +0.02), and SFT's check failed five
     times on that. A rise made of a few tasks is noise; the same rise on every task alike is a rise, and fails."""
+    base = [0.0004] * 60 + [0.0086] * 4  # a mean of 0.000913 $
+
     def presets(cheap: list[float]) -> dict:
         s = run(presets=(0.003, 0.001, 0.001), router_presets=(0.0031, 0.0011, 0.0011), router_sweep=None)
         s.pop("unseen_sweep"), s.pop("sft_unseen_sweep")
-        base = [0.0004] * 60 + [0.0086] * 4  # a mean of 0.000913 $
         for key in ("after_sft", "after_rl"):
             for name, t in zip(("accuracy-first", "balanced", "cost-first"), ([3.3 * x for x in base], base, cheap)):
                 s[key]["by_pref"][name] = {"cost_usd": sum(t) / len(t), "task_usd": dict(enumerate(t))}
         return s
-    base = [0.0004] * 60 + [0.0086] * 4
     few = [*base[:60], 0.0086 * 1.068, *base[61:]]  # one task of 64 dearer: the mean rises 1 %
     assert math.isclose(log_fall(sum(base), sum(few)), -0.0101, abs_tol=1e-3)
     v = verdict(presets(few), Goals())
