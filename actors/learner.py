@@ -1,7 +1,8 @@
 """The local GRPO learner: a policy, its frozen reference, AdamW, and verl's loss (via orchestra.policy.grpo).
 
-A plain class; `LearnerProcess` (below) is the actor's body, which builds a Learner from config inside the
-actor's process; cluster/launch.py makes it a Ray actor and moves samples and weights; nothing here imports ray.
+A plain class; `LearnerProcess` (actors/learner_process.py) is the actor's body, which builds a Learner from config
+inside the actor's process; cluster/launch.py makes it a Ray actor and moves samples and weights; nothing here imports
+ray.
 The same code runs on CPU or one GPU (`device`); bf16 autocast is used only on CUDA and only when
 `autocast="bfloat16"` is asked for.
 
@@ -357,42 +358,3 @@ class Learner:
         if getattr(result, "unexpected_keys", None):
             raise ValueError(f"{adapter} does not match this adapter: unexpected {list(result.unexpected_keys)[:5]}")
 
-
-class LearnerProcess:
-    """The learner actor's body (cluster/launch.py makes it the `learner` actor): builds its policy from config
-    inside its own process (a model is never pickled from the driver) and takes TrainSamples from the object
-    store."""
-
-    def __init__(self, cfg: Any):
-        from orchestra.policy.models import load_policy_from_config, set_torch_threads
-
-        set_torch_threads(cfg.cluster.torch_threads)
-        model, tokenizer = load_policy_from_config(cfg.model, seed=cfg.seed)
-        lo = cfg.model.lora
-        if lo.r > 0:  # LoRA: the learner trains adapters on a frozen base; workers keep plain weights
-            from orchestra.policy.lora import attach
-
-            model = attach(model, lo.r, lo.alpha, lo.dropout, lo.target_modules, lo.layers)
-        self.learner = Learner.from_config(cfg, model, tokenizer=tokenizer)
-
-    def update(self, samples: list[TrainSample]) -> dict[str, float]:
-        return self.learner.update(samples)
-
-    def sft_update(self, samples: list[TrainSample], lr: float | None = None) -> dict[str, float]:
-        return self.learner.sft_update(samples, lr=lr)
-
-    def get_weights(self, adapter_only: bool = False) -> tuple[int, dict[str, Any]]:
-        return self.learner.get_weights(adapter_only=adapter_only)
-
-    def version(self) -> int:
-        return self.learner.version
-
-    def reset_reference(self) -> None:
-        """Make the frozen reference the current policy (after SFT, so KL anchors RL to the warm start)."""
-        self.learner.reset_reference()
-
-    def save(self, directory: str) -> None:
-        self.learner.save(directory)
-
-    def load(self, directory: str) -> None:
-        self.learner.load(directory)

@@ -215,11 +215,14 @@ def describe_seed(seed: int, s: dict[str, Any], cfg: Any) -> dict[str, Any]:
     print(f"INFO seed {seed}: after SFT spread {sft.get('pref_spread', nan):.2f} monotone {sft.get('monotone', nan):.0f};"
           f" after RL spread {rl.get('pref_spread', nan):.2f} monotone {rl.get('monotone', nan):.0f}, unseen adherence "
           f"{s.get('heldout_unseen_adherence', nan):.2f}, format_ok {rl.get('format_ok', nan):.3f}; rl_kept "
-          f"{s.get('rl_kept', 'n/a')}; verdict {'ok' if v.ok else 'FAILS'}; SFT steps {s.get('sft_steps_done', 0)}")
+          f"{s.get('rl_kept', 'n/a')}; verdict {'ok' if v.ok else 'FAILS'}; SFT steps {s.get('sft_steps_done', 0)}"
+          + (f" (start {s['sft_starts']}, {s.get('sft_steps_all')} in all)" if s.get("sft_starts", 1) > 1 else ""))
     for line in v.judged:
         print(f"INFO seed {seed} judged {line}")
     for c in s.get("sft_agreement_checks") or []:
-        print(f"INFO seed {seed} SFT check at {c.get('step')}: {'passed' if c.get('passed') else c.get('below', '')}")
+        start = f" (start {c.get('start', 1)})" if s.get("sft_starts", 1) > 1 else ""
+        print(f"INFO seed {seed} SFT check at {c.get('step')}{start}: "
+              + ("passed" if c.get("passed") else c.get("below", "")))
     for tag, summ in (("after SFT", sft), ("after RL", rl), ("estimator router", s.get("router") or {})):
         by = summ.get("by_pref", {})
         if by:

@@ -143,7 +143,7 @@ def start_learner(cfg: ExperimentConfig, name: str = "learner") -> Any:
     c = cfg.cluster
     # Never restarted in place: a restarted learner holds initial weights and no optimizer state, and a queued
     # update would train it silently. Trainer._recover replaces a dead one and restores the last checkpoint.
-    from actors.learner import LearnerProcess
+    from actors.learner_process import LearnerProcess
 
     cls = ray.remote(LearnerProcess).options(name=name, num_cpus=c.learner_cpus, num_gpus=c.learner_gpus,
                                              max_restarts=0, resources=dict(c.worker_resources))

@@ -98,11 +98,13 @@ def verdict_lines(cfg: Any, summary: dict) -> int:
 # router line suggests (cluster/heldout.hint_agreement).
 # `rl_kept` (algo.val_share): 1 when RL's policy was kept, 0 when it was significantly worse than its warm start on
 # the validation split of training tasks and the warm start was kept (every heldout_* figure is then the warm
-# start's); `val_rl_gain` (_lo, _hi): that comparison (cluster/rl_gate.py).
+# start's); `val_rl_gain` (_lo, _hi): that comparison (cluster/rl_gate.py). `sft_starts`: SFT's starts, a start
+# dropped where its first check failed (sft.starts, cluster/warm_start.sft_loop).
 RESULTS = ("heldout_reward_gain", "heldout_reward_gain_lo", "heldout_reward_gain_hi", "heldout_pref_spread",
            "heldout_monotone", "heldout_format_ok", "heldout_vs_estimator", "heldout_vs_estimator_lo",
            "heldout_vs_estimator_hi", "heldout_unseen_adherence", "heldout_sweep_read_as_trained",
-           "heldout_hint_agreement", "rl_kept", "val_rl_gain", "val_rl_gain_lo", "val_rl_gain_hi", "train_wall_s")
+           "heldout_hint_agreement", "rl_kept", "val_rl_gain", "val_rl_gain_lo", "val_rl_gain_hi", "sft_starts",
+           "train_wall_s")
 
 
 def result_lines(summary: dict, consults: bool = False) -> list[str]:

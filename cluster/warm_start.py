@@ -43,7 +43,8 @@ def warm_start(cfg: Any, learner: Any, tools: Any, tasks: list[Task], bars: Any,
         Path(c.run_dir).mkdir(parents=True, exist_ok=True)
         (Path(c.run_dir) / SAMPLES_FILE).write_bytes(pickle.dumps(samples))
     loop = sft_loop(c.sft, lambda batch, lr: ray.get(learner.sft_update.remote(batch, lr=lr)), samples, c.seed,
-                    bars, console, check if sft_checks(c) else None)
+                    bars, console, check if sft_checks(c) else None,
+                    lambda init: ray.get(learner.restart.remote(init)))
     ray.get(learner.reset_reference.remote())  # KL anchors RL to the warm-started policy
     return {"sft_samples": len(samples), **loop, **report}
 
@@ -55,38 +56,59 @@ def scripted_tools(cfg: Any, tool_handles: dict[str, Any]) -> CallCache:
 
 
 def sft_loop(sc: Any, update: Callable[[list[Any], float], dict[str, float]], samples: list[Any], seed: int,
-             bars: Any, console: Any, check: Callable[[int], dict[str, Any]] | None = None) -> dict[str, Any]:
+             bars: Any, console: Any, check: Callable[[int], dict[str, Any]] | None = None,
+             restart: Callable[[int], Any] | None = None) -> dict[str, Any]:
     """`sc.steps` SFT updates; with `check` (sft.until_agreement with route hints, sft.until_follows) then chunks of
     steps // 4 more, each followed by `check(steps done)` -> {"passed": bool, "line": what the policy does, "below":
     what falls short, **figures} (cluster/sft_check.train_check, on training tasks), until one passes or sc.max_steps
-    are done (the lr decays over those; the last step is checked too, a short last chunk included). {sft_loss, sft_steps_done[, sft_agreement_checks]}: each check's record is
-    its figures with `step`, `passed` and `below`."""
+    are done (the lr decays over those; the last step is checked too, a short last chunk included). With
+    `restart(k)` (a fresh policy from init seed start_seed(seed, k)) and sc.starts > 1, a start whose first check
+    fails is dropped for a fresh one, its batches in another order; only the last start runs on in chunks.
+    {sft_loss, sft_steps_done (the kept start's), sft_starts[, sft_steps_all, sft_agreement_checks]}: each check's
+    record is its figures with `step`, `start`, `passed` and `below`."""
     total = max(sc.steps, sc.max_steps) if check else sc.steps
     chunk = max(1, sc.steps // 4)
+    starts = sc.starts if check and restart else 1
     metrics: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
-    bar = bars.add("SFT steps", total)
-    for i, batch in enumerate(sft_batches(samples, total, sc.batch_size, seed)):
-        metrics.append(update(batch, sft_lr(sc, i, total)))
-        bars.advance(bar)
-        done = i + 1
-        if done % max(1, sc.steps // 5) == 0 or done == total:
-            console.print(f"  sft {done}/{sc.steps if done <= sc.steps else total}: loss {metrics[-1]['sft_loss']:.3f}")
-        # checked after sc.steps, after every chunk, and at the last step: the goal the run reports is the last one
-        # checked, never a figure taken a chunk earlier
-        if check is None or done < sc.steps or ((done - sc.steps) % chunk and done != total):
-            continue
-        result = dict(check(done))
-        line = result.pop("line", "")
-        checks.append({"step": done, **result, "passed": bool(result["passed"])})
-        more = "" if result["passed"] else f"; {min(chunk, total - done)} more steps" if done < total else \
-            "; sft.max_steps reached"
-        console.print(f"  sft {done}: {line}{more}")
-        if result["passed"]:
+    steps_all = 0
+    for start in range(starts):
+        if start:
+            restart(start_seed(seed, start))
+            metrics = []
+        last = start == starts - 1
+        bar = bars.add("SFT steps" if starts == 1 else f"SFT steps, start {start + 1}", total)
+        for i, batch in enumerate(sft_batches(samples, total, sc.batch_size, start_seed(seed, start))):
+            metrics.append(update(batch, sft_lr(sc, i, total)))
+            bars.advance(bar)
+            done = i + 1
+            if done % max(1, sc.steps // 5) == 0 or done == total:
+                console.print(f"  sft {done}/{sc.steps if done <= sc.steps else total}: loss "
+                              f"{metrics[-1]['sft_loss']:.3f}")
+            # checked after sc.steps, after every chunk, and at the last step: the goal the run reports is the last
+            # one checked, never a figure taken a chunk earlier
+            if check is None or done < sc.steps or ((done - sc.steps) % chunk and done != total):
+                continue
+            result = dict(check(done))
+            line = result.pop("line", "")
+            checks.append({"step": done, "start": start + 1, **result, "passed": bool(result["passed"])})
+            more = "" if result["passed"] else \
+                f"; dropped for a fresh start ({start + 2} of {starts}: sft.starts)" if not last else \
+                f"; {min(chunk, total - done)} more steps" if done < total else "; sft.max_steps reached"
+            console.print(f"  sft {done}: {line}{more}")
+            if result["passed"] or not last:
+                break
+        bars.remove(bar)
+        steps_all += len(metrics)
+        if checks and checks[-1]["passed"]:
             break
-    bars.remove(bar)
     return {"sft_loss": metrics[-1]["sft_loss"] if metrics else float("nan"), "sft_steps_done": len(metrics),
-            **({"sft_agreement_checks": checks} if check else {})}
+            "sft_starts": start + 1, **({"sft_steps_all": steps_all, "sft_agreement_checks": checks} if check else {})}
+
+
+def start_seed(seed: int, start: int) -> int:
+    """The init and batch-order seed of SFT's start `start` (0: the run's own seed, so one start is as before)."""
+    return seed + 1_000_003 * start
 
 
 def sft_checks(cfg: Any) -> list[str]:

@@ -290,8 +290,8 @@ def verdict(summary: dict[str, Any], goals: Goals, sft_max_steps: int = 0) -> Ve
 ADVICE = {
     "sft": ("the warm start already gave the presets {same}: SFT did not teach the policy to read its preference. "
             "Try more SFT steps (sft.steps), SFT that checks the policy and goes on until it follows "
-            "(sft.until_follows with sft.max_steps), or a lower sft.lr; check the teacher's labels differ per "
-            "preset (the 'teacher, <preset>:' lines)."),
+            "(sft.until_follows with sft.max_steps), more fresh starts where a check fails (sft.starts), or a lower "
+            "sft.lr; check the teacher's labels differ per preset (the 'teacher, <preset>:' lines)."),
     "rl": ("the warm start followed the preference and RL undid it: the same command with algo.steps=0 and a new "
            "run_dir (python -m cluster.sft) rebuilds that warm start. Try a lower algo.lr, a larger algo.kl_coef, fewer "
            "algo.steps, or preference-balanced advantages (algo.balance_prefs)."),
@@ -314,7 +314,8 @@ def report(v: Verdict, summary: dict[str, Any]) -> list[str]:
         else:
             lines.append("  where it was lost is not known: the summary holds no evaluation after the warm start")
     if v.sft_short:
-        lines.append(f"{v.sft_short}; raise sft.max_steps or sft.lr, or read docs/recipe.md on the warm start.")
+        lines.append(f"{v.sft_short}; raise sft.max_steps, sft.starts or sft.lr, or read docs/recipe.md on the warm "
+                     "start.")
     return lines
 
 

@@ -211,3 +211,20 @@ def test_update_on_cuda_with_bf16_autocast(base_model):
     assert m["loss"] == pytest.approx(mc["loss"], abs=1e-5)  # ratio 1: loss is -mean advantage on any device
     version, sd = lrn.get_weights()
     assert all(t.device.type == "cpu" for t in sd.values())
+
+
+def test_a_restarted_learner_process_holds_a_fresh_policy_at_a_newer_version():
+    """SFT's next start (sft.starts): the policy built again from another init seed, the version carried on, so the
+    rollout workers' sync (which compares versions) never takes the fresh weights for the ones they hold."""
+    from actors.learner_process import LearnerProcess
+    from orchestra.config import load_config
+
+    cfg = load_config(["model.device=cpu", "seed=3"])
+    proc = LearnerProcess(cfg)
+    version, before = proc.get_weights()
+    assert proc.restart(11) == proc.version() == version + 1
+    after = proc.get_weights()[1]
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    again = LearnerProcess(cfg)
+    again.restart(11)  # the same init seed gives the same fresh policy
+    assert all(torch.equal(after[k], v) for k, v in again.get_weights()[1].items())

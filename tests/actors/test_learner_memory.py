@@ -82,7 +82,7 @@ def test_memory_settings_come_from_config():
     assert lrn.encoding["logit_chunk_tokens"] == 512 and lrn.micro_batch_tokens == 4096
     lrn = Learner.from_config(load_config(["model.device=cpu", "algo.gradient_checkpointing=true"]), tiny_qwen3())
     assert lrn.encoding["gradient_checkpointing"] is True
-    # h100_2x8's warm start builds its learner this way too (cluster/warm_start.py -> LearnerProcess -> from_config)
+    # h100_2x8's warm start builds its learner this way too (actors/learner_process.py -> from_config)
     lrn = Learner.from_config(load_config(["experiment=h100_2x8", "model.device=cpu"]), tiny_qwen3())
     assert lrn.encoding["gradient_checkpointing"] is True and lrn.micro_batch_tokens == 32768
     with pytest.raises(ValueError, match="micro_batch_tokens"):

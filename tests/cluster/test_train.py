@@ -130,8 +130,8 @@ def test_expected_value_warm_start_end_to_end(toy_run):
         "RESULT heldout_pref_spread", "RESULT heldout_monotone", "RESULT heldout_format_ok",
         "RESULT heldout_vs_estimator", "RESULT heldout_vs_estimator_lo", "RESULT heldout_vs_estimator_hi",
         "RESULT heldout_unseen_adherence", "RESULT heldout_sweep_read_as_trained", "RESULT heldout_hint_agreement",
-        "RESULT rl_kept", "RESULT val_rl_gain", "RESULT val_rl_gain_lo", "RESULT val_rl_gain_hi", "RESULT train_wall_s",
-        "RESULT rl_gain_ci_low"]
+        "RESULT rl_kept", "RESULT val_rl_gain", "RESULT val_rl_gain_lo", "RESULT val_rl_gain_hi", "RESULT sft_starts",
+        "RESULT train_wall_s", "RESULT rl_gain_ci_low"]
     # RL's gate on its validation split (2 of the 12 training tasks, never sampled by RL, never held out)
     assert summary["val_sft"]["episodes"] == summary["val_rl"]["episodes"] == 2 * 3
     keep = load_config([f"experiment={run / 'config.yaml'}"]).algo.keep_rl  # cpu_tiny's: better
@@ -235,7 +235,43 @@ def test_sft_runs_on_in_chunks_until_the_hint_is_copied_under_every_preset(share
     assert ("sft.max_steps reached" in console.file.getvalue()) == (not passed[-1])
     plain = sft_loop(SFTConfig(steps=8, lr=1e-3, batch_size=2), lambda b, lr: {"sft_loss": 0.5}, list(range(5)), 0,
                      Bars(console), console)
-    assert plain == {"sft_loss": 0.5, "sft_steps_done": 8}  # without a check: exactly sft.steps
+    assert plain == {"sft_loss": 0.5, "sft_steps_done": 8, "sft_starts": 1}  # without a check: exactly sft.steps
+
+
+@pytest.mark.parametrize("passes, restarts, steps_done, steps_all", [
+    ([True], [], 8, 8),  # the first start passes at sft.steps: no fresh start
+    ([False, True], [1], 8, 16),  # its first check fails: dropped, the second passes at sft.steps
+    ([False, False, False, False, False, True], [1], 16, 24),  # the last start runs on in chunks to max_steps
+    ([False] * 6, [1], 16, 24)])  # and may end short of its goal there
+def test_a_start_whose_first_check_fails_is_dropped_for_a_fresh_policy(passes, restarts, steps_done, steps_all):
+    import io
+
+    from rich.console import Console
+
+    from cluster.progress import Bars
+    from cluster.warm_start import sft_loop, start_seed
+    from orchestra.config import SFTConfig
+
+    sc = SFTConfig(steps=8, lr=1e-3, batch_size=2, until_follows=True, max_steps=16, starts=2)
+    asked, fresh, batches = [], [], []
+    console = Console(file=io.StringIO(), width=200)
+
+    def check(step):  # as cluster/sft_check.train_check answers
+        asked.append(step)
+        return {"passed": passes[len(asked) - 1], "line": "ladder", "below": "flat"}
+
+    with Bars(console) as bars:
+        out = sft_loop(sc, lambda batch, lr: batches.append(batch) or {"sft_loss": 0.1}, list(range(40)), 3, bars,
+                       console, check, lambda init: fresh.append(init))
+    assert fresh == [start_seed(3, k) for k in restarts] and start_seed(3, 0) == 3  # one start: the run's own seed
+    assert (out["sft_steps_done"], out["sft_steps_all"]) == (steps_done, steps_all)
+    assert out["sft_starts"] == 1 + len(restarts)
+    assert [(c["start"], c["step"], c["passed"]) for c in out["sft_agreement_checks"]] == \
+        [(1, 8, passes[0])] + [(2, s, p) for s, p in zip((8, 10, 12, 14, 16), passes[1:], strict=False)]
+    if restarts:  # the fresh start steps on the same demonstrations in another order
+        assert batches[8:16] != batches[:8]
+        assert "dropped for a fresh start (2 of 2: sft.starts)" in console.file.getvalue()
+    assert ("sft.max_steps reached" in console.file.getvalue()) == (not passes[-1])
 
 
 def test_until_agreement_needs_room_to_run_on():

@@ -54,6 +54,7 @@ def test_cli_overrides_and_group_swap():
     ("data.preference=balanced|bogus", "data.preference"),
     ("reward.unanswered_penalty=-1", "reward.unanswered_penalty"),
     ("sft.candidates=0", "sft.candidates"),
+    ("sft.starts=0", "sft.starts"),
     ("zoo.server.client_max_in_flight=-1", "zoo.server.client_max_in_flight"),
     ("engine.join_every=-1", "engine.join_every"),
     ("engine.prefill_chunk_tokens=-1", "engine.prefill_chunk_tokens"),
