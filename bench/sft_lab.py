@@ -137,7 +137,7 @@ def reading_prompts(cfg: Any, tok: Any, labels: dict[tuple[int, str], tuple[list
 
     a = cfg.agent
     render = lambda p: preference_text(p, a.preference_words, a.preference_numbers, a.preference_levels,  # noqa: E731
-                                       a.number_format)
+                                       a.number_format, a.latency_words)
     old = render(PRESETS["accuracy-first"])
     out = []
     for (task, preset), (ids, _) in sorted(labels.items()):
@@ -154,9 +154,19 @@ def reading_prompts(cfg: Any, tok: Any, labels: dict[tuple[int, str], tuple[list
 
 def reading(model: Any, tok: Any, prompts: list[tuple[list[int], str]], device: str) -> float:
     """The share of `reading_prompts` whose greedy note names the cost weight's bin ("<think>cost low, ...")."""
-    replies = greedy(model, tok, [p for p, _ in prompts], 8, device)
-    right = sum(text.startswith(f"<think>cost {want}") for text, (_, want) in zip(replies, prompts, strict=True))
+    replies = greedy(model, tok, [p for p, _ in prompts], 12, device)
+    right = sum(cost_word(text) == want for text, (_, want) in zip(replies, prompts, strict=True))
     return right / max(1, len(prompts))
+
+
+def cost_word(text: str) -> str:
+    """The cost's bin word in a note, "<think>cost low, ..." or, copying the number (sft.note_numbers),
+    "<think> cost 2.9 low, ..." ("" when the text opens with no note)."""
+    head = text.split("</think>")[0]
+    if not head.startswith("<think>"):
+        return ""
+    part = head[len("<think>"):].strip().split(",")[0].split()
+    return part[-1] if len(part) >= 2 and part[0] == "cost" else ""
 
 
 def train_one(cfg: Any, samples: list[Any], labels: dict, device: str, init: int, steps: int, every: int
@@ -222,12 +232,14 @@ def notes(run: Path, weights: list[float]) -> float:
             t.pref = {"accuracy": 1.0, "cost": w, "latency": 0.0}
             ids = tok.encode(prompter.render(prompter.first_messages(t), schemas), add_special_tokens=False)
             with torch.no_grad():
-                out = model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False,
+                out = model.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False,
                                      pad_token_id=tok.pad_token_id or 0)
-            seen[tok.decode(out[0, len(ids):]).split("</think>")[0].replace("<think>", "")] += 1
-        want = f"cost {level(w, 1.0, cfg.agent.preference_levels)}, latency none"
-        right, total = right + seen[want], total + sum(seen.values())
-        print(f"INFO sft_lab notes: cost {w:g} (bin: {want}): " + ", ".join(f"{k!r} x{v}" for k, v in seen.items()))
+            seen[tok.decode(out[0, len(ids):]).split("</think>")[0] + "</think>"] += 1
+        want = level(w, 1.0, cfg.agent.preference_levels)
+        right += sum(k for note, k in seen.items() if cost_word(note) == want and note.removesuffix("</think>").endswith(
+            " none"))
+        total += sum(seen.values())
+        print(f"INFO sft_lab notes: cost {w:g} (bin: cost {want}, latency none): " + ", ".join(f"{k!r} x{v}" for k, v in seen.items()))
     return right / max(1, total)
 
 

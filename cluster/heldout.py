@@ -203,7 +203,8 @@ def sweep_read_as_trained(cfg: Any, train: list[Task]) -> dict[str, str]:
     a = cfg.agent
 
     def line(p: Preference) -> str:
-        return preference_text(p, a.preference_words, a.preference_numbers, a.preference_levels, a.number_format)
+        return preference_text(p, a.preference_words, a.preference_numbers, a.preference_levels, a.number_format,
+                               a.latency_words)
 
     seen = {line(v): f"a training vector (cost {v.get('cost', 0.0):g}, latency {v.get('latency', 0.0):g})"
             for v in training_vectors(cfg, train)}

@@ -55,4 +55,7 @@ def note(cfg: Any) -> Callable[[str], str] | None:
 
     from orchestra.agent.prompt import preference_note
 
-    return partial(preference_note, bounds=tuple(cfg.agent.preference_levels)) if cfg.sft.restate_preference else None
+    if not cfg.sft.restate_preference:
+        return None
+    return partial(preference_note, bounds=tuple(cfg.agent.preference_levels),
+                   latency_words=tuple(cfg.agent.latency_words), numbers=cfg.sft.note_numbers)

@@ -102,7 +102,7 @@ def demonstrations(teaching: Teaching) -> tuple[list[Any], dict[str, Any]]:
         console.print(f"  teacher, {name}: {top}")
     repeats = label_repeats([lab.plan.name for lab in labels], c.sft.label_balance)
     if c.sft.pref_balance:  # and rare priorities (their bin words, shown or noted), so every bin is read, not the presets'
-        words = [preference_words(lab.task.pref, c.agent.preference_levels) for lab in labels]
+        words = [preference_words(lab.task.pref, c.agent.preference_levels, c.agent.latency_words) for lab in labels]
         repeats = [a * b for a, b in zip(repeats, label_repeats(words, c.sft.pref_balance), strict=True)]
     samples = scripted_samples([(lab.task, script_of(lab.plan)) for lab in labels], tools, tok,
                                launch.prompter_kwargs(c), c.agent.loop_kwargs(), eos, c.sampling.max_tokens,

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from orchestra.agent import toolorchestra_format
 from orchestra.agent.consults import agree
 from orchestra.agent.hints import hint_text
-from orchestra.config.agent import CATALOGUES, NUMBER_FORMATS
+from orchestra.config.agent import CATALOGUES, LEVEL_WORDS, NUMBER_FORMATS
 from orchestra.preferences import level_of, weight_of_level
 from orchestra.types import Preference, Task
 
@@ -64,24 +64,26 @@ class ChatTokenizer(Protocol):
 # moves the four bounds (the words stay); cpu_tiny puts them at half decades (0.056, 0.178, 0.56, 1.78) so that
 # each point of the adherence sweep (0.03 ... 3) reads as its own word.
 LEVELS = ((0.0, "none"), (0.1, "minimal"), (0.35, "low"), (0.75, "medium"), (1.5, "high"))
-LEVEL_WORDS = ("minimal", "low", "medium", "high", "top")  # one BPE token each in the tiny tokenizer
 
 
-def level(weight: float, accuracy: float, bounds: Sequence[float] = ()) -> str:
-    """The weight's bin word: `none` at 0, then one of LEVEL_WORDS by the ratio weight ÷ accuracy against the
-    four upper `bounds` (default: LEVELS')."""
+def level(weight: float, accuracy: float, bounds: Sequence[float] = (), words: Sequence[str] = ()) -> str:
+    """The weight's bin word: `none` at 0, then one of `words` (default LEVEL_WORDS) by the ratio weight ÷ accuracy
+    against the four upper `bounds` (default: LEVELS')."""
     r = weight / accuracy if accuracy > 0 else weight
     if r <= 0:
         return "none"
     bounds = tuple(bounds) or tuple(b for b, _ in LEVELS[1:])
-    return next((word for bound, word in zip(bounds, LEVEL_WORDS, strict=False) if r < bound), LEVEL_WORDS[-1])
+    words = tuple(words) or LEVEL_WORDS
+    return next((word for bound, word in zip(bounds, words, strict=False) if r < bound), words[-1])
 
 
-def preference_words(pref: Preference, bounds: Sequence[float] = ()) -> str:
+def preference_words(pref: Preference, bounds: Sequence[float] = (), latency_words: Sequence[str] = ()) -> str:
     """"Priorities: cost high, latency low, avoids answer-1." — the vector as words (cost and latency relative to
-    accuracy, tool likes and dislikes by sign)."""
+    accuracy, tool likes and dislikes by sign; `latency_words`: the latency's five bin words where they are not the
+    cost's, agent.latency_words)."""
     acc = pref.get("accuracy", 0.0)
-    parts = [f"{k} {level(pref.get(k, 0.0), acc, bounds)}" for k in ("cost", "latency")]
+    parts = [f"cost {level(pref.get('cost', 0.0), acc, bounds)}",
+             f"latency {level(pref.get('latency', 0.0), acc, bounds, latency_words)}"]
     parts += [f"{'likes' if v > 0 else 'avoids'} {k[5:]}" for k, v in sorted(pref.items())
               if k.startswith("tool:") and v != 0]
     return "Priorities: " + ", ".join(parts) + "."
@@ -99,7 +101,7 @@ def sci(x: float) -> str:
 
 
 def preference_text(pref: Preference, words: bool = False, numbers: bool = True, bounds: Sequence[float] = (),
-                    number_format: str = "plain") -> str:
+                    number_format: str = "plain", latency_words: Sequence[str] = ()) -> str:
     """The preference as the policy reads it, the one rendering for training, evaluation and Serve (Prompter):
     the weights as numbers, then (`words`) in bin words. Without `numbers` only the words are shown, so every
     vector in a bin reads alike. `number_format` "sci" shows each weight divided by accuracy's (the trade-off the
@@ -108,7 +110,7 @@ def preference_text(pref: Preference, words: bool = False, numbers: bool = True,
     if not pref:
         return "User preference: accuracy first."
     if not numbers:
-        return preference_words(pref, bounds)
+        return preference_words(pref, bounds, latency_words)
     if number_format in ("sci", "level"):
         acc = pref.get("accuracy", 0.0)
         scale = acc if acc > 0 else 1.0
@@ -118,7 +120,7 @@ def preference_text(pref: Preference, words: bool = False, numbers: bool = True,
         parts = [f"{k} {v:g}" for k, v in sorted(pref.items())]
         # Weights: higher = matters more; a negative tool weight = avoid that tool.
         text = "Preference weights: " + ", ".join(parts) + "."
-    return f"{text} {preference_words(pref, bounds)}" if words else text
+    return f"{text} {preference_words(pref, bounds, latency_words)}" if words else text
 
 
 
@@ -215,30 +217,40 @@ def parse_weights(line: str) -> Preference:
     return out
 
 
-def preference_note(prompt: str, bounds: Sequence[float] = ()) -> str:
+def preference_note(prompt: str, bounds: Sequence[float] = (), latency_words: Sequence[str] = (),
+                    numbers: bool = False) -> str:
     """The note a policy writes before each call once SFT taught it to (sft.restate_preference): the prompt's
     priorities in bin words, and the router line's suggestion where one follows it (agent.route_hints), in a think
     block: "<think>cost top, latency medium</think>", "<think>cost minimal, latency none; answer answer-1</think>"
     ("" when the prompt shows no preference). With words in the prompt the note copies its last priorities line;
     with numbers only (agent.preference_numbers without preference_words) it *reads* them: the words are the weights'
-    bins (`bounds`: agent.preference_levels), so the policy learns to turn numbers it may never have seen into a
-    word and then acts on its own word. A 1M-parameter policy must tie a decision some 20 tokens into its reply to one
+    bins (`bounds`: agent.preference_levels; `latency_words`: agent.latency_words), so the policy learns to turn
+    numbers it may never have seen into a word and then acts on its own word. With `numbers` (sft.note_numbers) it
+    first copies each weight as the prompt shows it, opening with the prompt's own " cost" token: "<think> cost 2.9
+    low, latency 0 none</think>". A 1M-parameter policy must tie a decision some 20 tokens into its reply to one
     bin word (or one tier id) at the end of its prompt; it learns that late, at a step that moves with the seed and
-    the device's arithmetic, and on some seeds not at all (docs/quality.md). Restated, the word is a target the
+    the device's arithmetic, and on some seeds not at all (docs/warm_start.md). Restated, the word is a target the
     policy is trained on directly (a wrong one costs its whole loss), and the decision then reads the note's own words
-    a few tokens back."""
+    a few tokens back; copied, the number the word is read from is the token just before it."""
     at = prompt.rfind("Priorities: ")
+    copied = False
     if at >= 0:
         note = prompt[at + len("Priorities: "):].split(".", 1)[0]
     else:
         at = _last_line_at(prompt)
         if at < 0:
             return ""
-        note = preference_words(parse_weights(prompt[at:]), bounds)[len("Priorities: "):].rstrip(".")
+        note = preference_words(parse_weights(prompt[at:]), bounds, latency_words)[len("Priorities: "):].rstrip(".")
+        if numbers:
+            pattern = next(p for head, p, _ in _LINES if prompt.startswith(head, at))
+            shown = dict(part.rpartition(" ")[::2] for part in pattern.findall(prompt[at:])[-1].split(", "))
+            note = ", ".join(f"{k} {shown[k]} {w}" if k in shown else part
+                             for part in note.split(", ") for k, _, w in [part.partition(" ")])
+            copied = True
     router = prompt.find("Router (", at)
     if router >= 0 and "): " in prompt[router:]:
         note += "; " + prompt[router:].split("): ", 1)[1].split(".", 1)[0]
-    return f"<think>{note}</think>"
+    return f"<think>{' ' if copied else ''}{note}</think>"
 
 
 class Prompter:
@@ -246,7 +258,7 @@ class Prompter:
                  code_chars: int = 600, attempt_chars: int = 600, max_observation_chars: int = 1500,
                  preference_words: bool = False, prompt_format: str = "orchestra", preference_numbers: bool = True,
                  preference_levels: Sequence[float] = (), route_hints: bool = False, tool_catalogue: str = "full",
-                 number_format: str = "plain"):
+                 number_format: str = "plain", latency_words: Sequence[str] = ()):
         self.tok = tokenizer
         # another model's trained layout (None: ours); the budgets above are ours and unused by it
         self.format = None if prompt_format == "orchestra" else toolorchestra_format.variant(prompt_format)
@@ -258,6 +270,7 @@ class Prompter:
         if number_format not in NUMBER_FORMATS:
             raise ValueError(f"number_format must be one of {NUMBER_FORMATS}, got {number_format!r}")
         self.number_format = number_format
+        self.latency_words = tuple(latency_words)
         # the estimator router's suggestion under the task's preference, after the preference (agent/hints.py)
         self.route_hints = bool(route_hints)
         if tool_catalogue not in CATALOGUES:
@@ -292,7 +305,7 @@ class Prompter:
 
     def preference(self, task: Task) -> str:
         text = preference_text(task.pref, self.preference_words, self.preference_numbers, self.preference_levels,
-                               self.number_format)
+                               self.number_format, self.latency_words)
         hint = hint_text(task) if self.route_hints else ""
         return f"{text}\n{hint}" if hint else text
 

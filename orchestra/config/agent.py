@@ -8,6 +8,8 @@ from typing import Any
 # agent.tool_catalogue's values, in the order of what the system turn shows (orchestra/agent/prompt.py renders each)
 CATALOGUES = ("full", "brief", "none")
 NUMBER_FORMATS = ("plain", "sci", "level")  # agent.number_format
+# a weight's bin words above 0 ("none"), rising (orchestra.agent.prompt.level): one BPE token each in the tiny tokenizer
+LEVEL_WORDS = ("minimal", "low", "medium", "high", "top")
 
 
 @dataclass
@@ -43,6 +45,11 @@ class AgentConfig:
     # the four upper bounds of weight ÷ accuracy for the words minimal, low, medium, high (above: top; 0: none);
     # empty: orchestra.agent.prompt.LEVELS'
     preference_levels: list[float] = field(default_factory=list)
+    # the latency weight's five bin words (minimal ... top; 0 stays "none") where they are not the cost's: a small
+    # policy that reads "cost medium, latency medium" must tell the two words apart by where they stand; with words of
+    # their own a word's token says which weight it is (cpu_tiny: slow, wait, time, seconds, milliseconds, one token
+    # each in the tiny tokenizer). Empty: the cost's words
+    latency_words: list[str] = field(default_factory=list)
     # how the numbers read: plain (the weights as given, "cost 0.347") | sci (each weight per unit of accuracy in
     # scientific notation with two significant digits, "cost 3.5e-1": one character a token, so a tiny policy reads
     # one digit, one sign and one exponent in the same places for every weight; orchestra.agent.prompt.sci) | level
@@ -74,7 +81,7 @@ class AgentConfig:
                 "attempt_chars": self.attempt_chars, "max_observation_chars": self.max_observation_chars,
                 "preference_words": self.preference_words, "prompt_format": self.prompt_format,
                 "preference_numbers": self.preference_numbers, "preference_levels": list(self.preference_levels),
-                "number_format": self.number_format,
+                "number_format": self.number_format, "latency_words": list(self.latency_words),
                 "route_hints": self.route_hints, "tool_catalogue": self.tool_catalogue}
 
     def loop_kwargs(self) -> dict[str, Any]:

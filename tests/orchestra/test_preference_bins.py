@@ -97,6 +97,44 @@ def test_weights_as_levels_read_back_and_their_whole_part_is_the_half_decade():
     assert notes == [f"<think>cost {w}, latency none</think>" for w in ("minimal", "low", "medium", "high", "top")]
 
 
+def test_the_note_copies_each_number_before_its_word_and_latency_has_words_of_its_own():
+    """sft.note_numbers with agent.latency_words (cpu_tiny): the note copies each weight as the prompt shows it, opening
+    with the prompt's own " cost" token, then the weight's bin word, the latency's from words no cost bin uses; the word
+    stands right after the whole part it is read from, in every number format."""
+    from orchestra.agent.prompt import preference_note
+    from orchestra.policy.models import config_tokenizer
+
+    cfg = load_config(["experiment=cpu_tiny"])
+    a = cfg.agent
+    assert cfg.sft.note_numbers and len(a.latency_words) == 5
+
+    def note(pref: dict, fmt: str = "level") -> str:
+        return preference_note(preference_text(pref, number_format=fmt) + "<|im_end|>", a.preference_levels,
+                               a.latency_words, numbers=True)
+
+    assert note({"accuracy": 1.0, "cost": 0.03, "latency": 0.0}) == "<think> cost 2.5 minimal, latency 0 none</think>"
+    assert note({"accuracy": 1.0, "cost": 0.3, "latency": 0.3}) == "<think> cost 4.5 medium, latency 4.5 time</think>"
+    assert note({"accuracy": 1.0, "cost": 2.0, "latency": 0.2, "tool:answer-1": -0.5}, "sci") == \
+        "<think> cost 2.0e+0 top, latency 2.0e-1 time, avoids answer-1</think>"
+    assert note({"accuracy": 1.0, "cost": 0.3, "latency": 0.0}, "plain") == "<think> cost 0.3 medium, latency 0 none</think>"
+    # without numbers the note is the words alone, as before; shown words are copied whatever the flag
+    assert preference_note(preference_text({"accuracy": 1.0, "cost": 0.3, "latency": 0.3}, number_format="level"),
+                           a.preference_levels) == "<think>cost medium, latency medium</think>"
+    words = preference_text({"accuracy": 1.0, "cost": 2.0, "latency": 2.0}, words=True, numbers=False,
+                            bounds=a.preference_levels, latency_words=a.latency_words)
+    assert words == "Priorities: cost top, latency milliseconds." and \
+        preference_note(words, a.preference_levels, a.latency_words, numbers=True) == \
+        "<think>cost top, latency milliseconds</think>"
+    assert [level(w, 1.0, a.preference_levels, a.latency_words) for w in SWEEP_COSTS] == list(a.latency_words)
+    tok = config_tokenizer(cfg.model)
+    for word in a.latency_words:  # each one token, as the cost's words are
+        assert len(tok.encode(f" {word}", add_special_tokens=False)) == 1, word
+    # the note's " cost 4.5" is the prompt's own tokens: a copy
+    prompt = tok.encode(preference_text({"accuracy": 1.0, "cost": 0.3}, number_format="level"), add_special_tokens=False)
+    at = prompt.index(tok.encode(" cost", add_special_tokens=False)[0])
+    assert tok.encode(note({"accuracy": 1.0, "cost": 0.3}), add_special_tokens=False)[1:5] == prompt[at:at + 4]
+
+
 def test_range_draws_stay_in_range_and_are_redrawn_off_the_sweep():
     rng = random.Random(0)
     draws = [sample_range(rng, (0.01, 10.0), (0.1, 3.0), 0.5) for _ in range(400)]
@@ -141,6 +179,8 @@ def test_teacher_labels_follow_the_sampled_cost_weight():
     ("sft.sample_latency=[0,1]", "sft.sample_latency"),
     ("sft.sample_latency_zero=2", "sft.sample_latency_zero"),
     ("agent.preference_levels=[0.1,0.05,1,2]", "agent.preference_levels"),
+    ("agent.latency_words=[slow,wait,time,seconds,top]", "agent.latency_words"),
+    ("agent.latency_words=[slow,wait,time]", "agent.latency_words"),
     ("agent.preference_numbers=false agent.preference_words=false", "agent.preference_numbers"),
     ("sft.vectors=[accuracy-first,'accuracy=1,cost=0.3']", "sft.vectors"),
     ("data.preference_pairs=balanced|accuracy=1,cost=3", "data.preference_pairs"),
