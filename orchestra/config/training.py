@@ -142,9 +142,10 @@ class SFTConfig:
     # from the presets' whole strings and the latency, never from the cost number; weighted 8x it read the number,
     # yet neither run followed its preference (docs/warm_start.md)
     note_weight: float = 1.0
-    # with restate_preference, the note first copies each weight as the prompt shows it, then its word ("<think> cost 2.9 minimal, latency 0
-    # none</think>", opening with the prompt's own " cost" token): the word is read from the token just before it,
-    # and finding the number after "cost" in the prompt is a copy the policy is trained on directly (docs/warm_start.md)
+    # with restate_preference and numbers in the prompt, the note first copies each weight as the prompt shows it, then
+    # its word ("<think> cost 2.9 minimal, latency 0 none</think>", opening with the prompt's own " cost" token): the
+    # word is read off the whole part two tokens back, and finding the number after "cost" in the prompt is a copy the
+    # policy is trained on directly, where a word looked up in the prompt was learned by a draw (docs/warm_start.md)
     note_numbers: bool = False
     # write the demonstrations (the TrainSamples SFT steps on) to <run_dir>/sft_samples.pkl, for bench/sft_lab.py
     save_samples: bool = False
