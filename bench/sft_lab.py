@@ -236,10 +236,10 @@ def notes(run: Path, weights: list[float]) -> float:
                                      pad_token_id=tok.pad_token_id or 0)
             seen[tok.decode(out[0, len(ids):]).split("</think>")[0] + "</think>"] += 1
         want = level(w, 1.0, cfg.agent.preference_levels)
-        right += sum(k for note, k in seen.items() if cost_word(note) == want and note.removesuffix("</think>").endswith(
-            " none"))
+        right += sum(k for note, k in seen.items() if cost_word(note) == want and note.endswith(" none</think>"))
         total += sum(seen.values())
-        print(f"INFO sft_lab notes: cost {w:g} (bin: cost {want}, latency none): " + ", ".join(f"{k!r} x{v}" for k, v in seen.items()))
+        print(f"INFO sft_lab notes: cost {w:g} (bin: cost {want}, latency none): "
+              + ", ".join(f"{k!r} x{v}" for k, v in seen.items()))
     return right / max(1, total)
 
 

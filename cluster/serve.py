@@ -151,8 +151,8 @@ def pick_checkpoint(args: dict[str, Any], explicit: bool) -> None:
 # ids it never saw (review A5.3: a GPU checkpoint served under cpu_tiny's 6 tiers, 4 turns and 400-char documents).
 TRAINED_KEYS = ("agent.context_mode", "agent.answer_mode", "agent.max_turns", "agent.max_context_tokens",
                 "agent.doc_chars", "agent.code_chars", "agent.attempt_chars", "agent.preference_words",
-                "agent.preference_numbers", "agent.preference_levels", "agent.latency_words", "agent.number_format", "agent.prompt_format",
-                "data.tiers", "zoo.tools")
+                "agent.preference_numbers", "agent.preference_levels", "agent.latency_words", "agent.number_format",
+                "agent.prompt_format", "data.tiers", "zoo.tools")
 
 
 def _get(cfg: Any, dotted: str) -> Any:

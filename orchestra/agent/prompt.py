@@ -231,7 +231,7 @@ def preference_note(prompt: str, bounds: Sequence[float] = (), latency_words: Se
     bin word (or one tier id) at the end of its prompt; it learns that late, at a step that moves with the seed and
     the device's arithmetic, and on some seeds not at all (docs/warm_start.md). Restated, the word is a target the
     policy is trained on directly (a wrong one costs its whole loss), and the decision then reads the note's own words
-    a few tokens back; copied, the number the word is read from is the token just before it."""
+    a few tokens back; copied, the number the word is read from was written just before it."""
     at = prompt.rfind("Priorities: ")
     copied = False
     if at >= 0:
