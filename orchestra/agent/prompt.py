@@ -198,23 +198,27 @@ def _last_line_at(text: str) -> int:
     return max(text.rfind(head) for head, _, _ in _LINES)
 
 
+def _shown(line: str) -> tuple[str, dict[str, str]]:
+    """The last weights line of `line`: its head and each weight as the line writes it ({"cost": "4.5", ...});
+    ("", {}) when `line` holds none."""
+    at = _last_line_at(line)
+    if at < 0:
+        return "", {}
+    head, pattern, _ = next(entry for entry in _LINES if line.startswith(entry[0], at))
+    found = pattern.findall(line[at:])
+    return (head, dict(part.rpartition(" ")[::2] for part in found[-1].split(", "))) if found else ("", {})
+
+
 def parse_weights(line: str) -> Preference:
     """The vector a "Preference weights: accuracy 1, cost 0.3, latency 0." line shows (`preference_text` with
     numbers; "Preference weights per unit of accuracy: cost 3.0e-1, latency 0." and the levels line, "... cost 4.5,
     latency 0.", read as accuracy 1, a level as the weight it stands for), read back from the last such line; {}
     when `line` holds none."""
-    at = _last_line_at(line)
-    if at < 0:
+    head, shown = _shown(line)
+    if not shown:
         return {}
-    head, pattern, read = next(entry for entry in _LINES if line.startswith(entry[0], at))
-    found = pattern.findall(line[at:])
-    if not found:
-        return {}
-    out = {} if head == WEIGHTS_HEAD else {"accuracy": 1.0}
-    for part in found[-1].split(", "):
-        key, _, value = part.rpartition(" ")
-        out[key] = read(value)
-    return out
+    read = next(r for h, _, r in _LINES if h == head)
+    return ({} if head == WEIGHTS_HEAD else {"accuracy": 1.0}) | {key: read(value) for key, value in shown.items()}
 
 
 def preference_note(prompt: str, bounds: Sequence[float] = (), latency_words: Sequence[str] = (),
@@ -242,8 +246,7 @@ def preference_note(prompt: str, bounds: Sequence[float] = (), latency_words: Se
             return ""
         note = preference_words(parse_weights(prompt[at:]), bounds, latency_words)[len("Priorities: "):].rstrip(".")
         if numbers:
-            pattern = next(p for head, p, _ in _LINES if prompt.startswith(head, at))
-            shown = dict(part.rpartition(" ")[::2] for part in pattern.findall(prompt[at:])[-1].split(", "))
+            _, shown = _shown(prompt[at:])
             note = ", ".join(f"{k} {shown[k]} {w}" if k in shown else part
                              for part in note.split(", ") for k, _, w in [part.partition(" ")])
             copied = True

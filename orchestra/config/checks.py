@@ -7,8 +7,6 @@ orchestra/cascade_names.py), so config/ reaches nothing above the contracts."""
 
 from __future__ import annotations
 
-import re
-
 from orchestra.cascade_names import parse as parse_cascade
 from orchestra.config.agent import CATALOGUES, LEVEL_WORDS, NUMBER_FORMATS
 from orchestra.config.schema import ConfigError, ExperimentConfig, MCPServerConfig
@@ -188,7 +186,7 @@ def check_preference_sampling(cfg: ExperimentConfig, need) -> None:
     need(not levels or (len(levels) == 4 and levels[0] > 0 and all(x < y for x, y in zip(levels, levels[1:]))),
          "agent.preference_levels", f"must be empty or four rising bounds > 0 (minimal, low, medium, high), got {levels}")
     words = list(a.latency_words)
-    need(not words or (len(words) == 5 and len(set(words)) == 5 and all(re.fullmatch(r"[A-Za-z]+", w) for w in words)
+    need(not words or (len(words) == 5 and len(set(words)) == 5 and all(w.isalpha() for w in words)
                        and not set(words) & {*LEVEL_WORDS, "none"}), "agent.latency_words",
          f"must be empty (the cost's words) or five distinct words of letters, none of {', '.join(LEVEL_WORDS)} or "
          f"none, got {words}")
