@@ -112,8 +112,13 @@ SWEEP_COSTS = (0.03, 0.1, 0.3, 1.0, 3.0)
 SWEEP_PREFIX = "sweep:cost="
 # SFT's check of the policy on *training* tasks (cluster/sft_check.train_check, sft.until_follows) walks its own cost
 # ladder, one point in each of the sweep's bins but never one of its weights: whether $ falls along the bin words
-# is decided on training tasks, and the held-out sweep stays a test on tasks and weights SFT never saw
-CHECK_COSTS = (0.02, 0.07, 0.2, 0.6, 2.0)
+# is decided on training tasks, and the held-out sweep stays a test on tasks and weights SFT never saw. Each rung reads
+# a tenth of a level above its sweep point (level 4.6 where the sweep shows 4.5; 3.5e-1 where it shows 3.0e-1): the
+# same bin at nearly the same spot, on its cheaper side, so the check asks on training tasks what the verdict asks
+# on held-out ones. The rungs sat at each bin's dear end before (0.02, 0.07, 0.2, 0.6, 2), where the router spends
+# the most of the bin, and a policy spending one $ over three bins passed there by spending no more than its router
+# (docs/recipe.md)
+CHECK_COSTS = (0.035, 0.11, 0.35, 1.1, 3.5)
 
 
 def sweep_vectors(weights: Sequence[float] = SWEEP_COSTS) -> dict[str, Preference]:

@@ -8,7 +8,7 @@ import pytest
 
 from cluster import heldout
 from orchestra.config import load_config
-from orchestra.preferences import PRESETS, SWEEP_COSTS, is_among, preset, sweep_vectors
+from orchestra.preferences import CHECK_COSTS, PRESETS, SWEEP_COSTS, is_among, preset, sweep_vectors
 from orchestra.types import Task
 from tests.cluster.test_heldout import _played
 
@@ -63,7 +63,7 @@ def test_a_sweep_read_like_trained_prompts_is_named_by_what_it_reads_like():
     words = load_config(["experiment=cpu_tiny", "agent.preference_numbers=false", "agent.preference_words=true"])
     seen = heldout.sweep_read_as_trained(words, train)
     assert seen["sweep:cost=0.03"] == "the preset accuracy-first"  # 0.05 at latency 0: "cost minimal, latency none"
-    assert seen["sweep:cost=0.1"] == "SFT's check rung cost 0.07" and len(seen) == len(SWEEP_COSTS)
+    assert seen["sweep:cost=0.1"] == f"SFT's check rung cost {CHECK_COSTS[1]:g}" and len(seen) == len(SWEEP_COSTS)
     assert len(heldout.sweep_read_as_trained(load_config(["experiment=mmlu_pro_replay"]), train)) == len(SWEEP_COSTS)
 
 
@@ -76,7 +76,6 @@ def test_the_sweep_reads_unlike_any_training_check_or_preset_prompt(experiment):
     training task, the RL pairing's), no rung of SFT's check and no preset renders to; and the teacher never draws one
     of the sweep's cost weights with any latency (only latency-first, a preset, shows cost 0.3, beside latency 2)."""
     from orchestra.agent.prompt import preference_text
-    from orchestra.preferences import CHECK_COSTS
 
     cfg = load_config([f"experiment={experiment}"])
     a = cfg.agent

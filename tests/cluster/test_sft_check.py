@@ -52,9 +52,38 @@ def test_the_check_follows_its_router_on_training_tasks():
     one_route = check(lambda w: 0.01, falling)
     assert not one_route.passed and "goal >= 3x" in one_route.below
     # the presets followed, the ladder's middle flat (what seed 0's warm start did at bd00958)
-    price = {0.05: 0.01, 0.5: 0.003, 2.0: 0.001, 0.02: 0.006, 0.07: 0.005, 0.2: 0.005, 0.6: 0.005}
+    price = {0.05: 0.01, 0.5: 0.003, 2.0: 0.001, **dict(zip(CHECK_COSTS, (0.006, 0.005, 0.005, 0.005, 0.005)))}
     flat = check(price.__getitem__, falling)
-    assert not flat.passed and flat.monotone == 1 and "cost ladder: from sweep:cost=0.02 to sweep:cost=0.2" in flat.below
+    assert not flat.passed and flat.monotone == 1
+    assert f"cost ladder: from sweep:cost={CHECK_COSTS[0]:g} to sweep:cost={CHECK_COSTS[2]:g}" in flat.below
+
+
+def test_each_rung_reads_beside_its_sweep_point():
+    """One rung in each bin of the sweep, at nearly the same spot, never reading as it does (any number format)."""
+    from orchestra.agent.prompt import level
+    from orchestra.preferences import readings
+
+    bins = load_config(["experiment=cpu_tiny"]).agent.preference_levels
+    for rung, point in zip(CHECK_COSTS, SWEEP_COSTS, strict=True):
+        assert level(rung, 1.0, bins) == level(point, 1.0, bins) and not readings(rung) & readings(point)
+        assert 1 < rung / point < 10 ** 0.1  # on the bin's cheaper side, within a fifth of a level
+
+
+def test_one_spend_over_three_bins_fails_where_its_router_falls():
+    """Seed 2 at 6e00b2a: the same routes under "low", "medium" and "high", spending what the router spends at the
+    dear end of "high"; rungs at each bin's dear end (0.07, 0.2, 0.6) excused it (at most its router's $ at each
+    step's end), the held-out sweep's middle (0.3 -> 1) did not, nor does the ladder beside the sweep's points."""
+    from orchestra.agent.prompt import level
+
+    bins = load_config(["experiment=cpu_tiny"]).agent.preference_levels
+    by_word = {"minimal": falling(0.02), "low": falling(0.6), "medium": falling(0.6), "high": falling(0.6),
+               "top": falling(2.0)}
+
+    def policy(w):
+        return by_word[level(w, 1.0, bins)] if w not in (0.05, 0.5, 2.0) else falling(w)  # presets as their router
+
+    found = check(policy, falling)
+    assert not found.passed and f"sweep:cost={CHECK_COSTS[2]:g} to sweep:cost={CHECK_COSTS[3]:g}" in found.below
 
 
 def test_a_fall_its_router_does_not_make_is_not_asked_of_sft():
