@@ -1,6 +1,8 @@
 """SFT's check of the policy while it trains (sft.until_agreement with route hints, sft.until_follows): greedy
 episodes on training tasks, judged by the verdict's own rule (orchestra/eval/verdict.py) against what the run's
 estimator router does on the same tasks, so that SFT is never asked for a fall of $ its own teacher does not make.
+With `sft.check_falls: estimate` (cpu_tiny) a fall passes only where its estimate reaches its goal, not its interval:
+the check decides whether to train on, and a start that reaches its goal only by its interval is a coin toss held-out.
 
 Training tasks, never held-out ones: the decision to go on training must not read the tasks the run is scored on.
 The check plays the first `eval.n_tasks` training tasks under each eval preset and, for `follows`, along a cost
@@ -12,6 +14,7 @@ the first check and never changes). When SFT stops is cluster/warm_start.sft_loo
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -20,7 +23,7 @@ from actors.rollout_worker import EpisodeResult
 from cluster.heldout import hint_agreement, preset_of, presets, requests, router_costs, router_records
 from orchestra.eval.adherence import PREFIX, sweep_points, task_costs
 from orchestra.eval.adherence import adherence as adherence_of
-from orchestra.eval.verdict import Goals, ladder_curve, preset_curve, problems
+from orchestra.eval.verdict import Goals, goals_of, ladder_curve, preset_curve, problems
 from orchestra.preferences import CHECK_COSTS, preset, sweep_vectors
 from orchestra.types import Preference, Task
 
@@ -114,10 +117,9 @@ def spent(named: list[tuple[str, EpisodeResult]]) -> tuple[dict[str, float], dic
 def checker(trainer: Any, what: list[str]) -> Callable[[int], dict[str, Any]]:
     """SFT's check as cluster/warm_start.sft_loop calls it, on the trainer's workers, training tasks and tool servers
     (the router played on the same tasks through them, once)."""
-    from orchestra.eval.verdict import goals_of
-
     c = trainer.cfg
     router = RouterOnTasks(c, trainer.dir, trainer.train[: c.eval.n_tasks],
                            trainer.scripted, trainer.tokenizer())
+    goals = replace(goals_of(c), by_estimate=c.sft.check_falls == "estimate")  # sft.check_falls
     return lambda step: train_check(c, trainer.train, step, trainer.rollout, trainer.bars, trainer.sync_weights, what,
-                                    goals_of(c), router)
+                                    goals, router)

@@ -111,6 +111,8 @@ def validate(cfg: ExperimentConfig) -> None:
     runs_on = cfg.sft.until_agreement or cfg.sft.until_follows
     need(cfg.sft.max_steps >= cfg.sft.steps if runs_on else cfg.sft.max_steps == 0, "sft.max_steps",
          f"must be >= sft.steps ({cfg.sft.steps}) with sft.until_agreement or sft.until_follows, else 0")
+    need(cfg.sft.check_falls in ("interval", "estimate"), "sft.check_falls",
+         f"must be interval or estimate, got {cfg.sft.check_falls!r}")
     need(cfg.sft.starts >= 1, "sft.starts", f"must be >= 1 (1: one start), got {cfg.sft.starts!r}")
     # the verl job's warm start (cluster/warm_start.warm_start_policy) has no rollout workers to check the policy
     # with: it runs sft.steps and stops, so a goal there would be silently ignored

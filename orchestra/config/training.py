@@ -87,6 +87,12 @@ class SFTConfig:
     # verdict asks of it on held-out ones, against the run's router on the same tasks (cluster/sft_check.py): a warm
     # start that gives every preference one route is not handed to RL (needs max_steps; docs/recipe.md)
     until_follows: bool = False
+    # how SFT's check (until_follows) judges each fall of $ against its goal: `interval`, as the verdict does (a fall
+    # whose paired 95% interval reaches its goal passes); `estimate`, only a fall whose estimate reaches it. The check
+    # decides whether to train on, not whether a run failed: a start that reaches its goal only within its 64-task
+    # interval on training tasks is a coin toss on held-out ones. A rise is judged by its interval either way (a 1 %
+    # rise where the router is flat ran a routing log's SFT to its cap: docs/recipe.md)
+    check_falls: str = "interval"
     max_steps: int = 0
     # with a check (until_follows / until_agreement): a start whose first check (at `steps`) fails is dropped and
     # SFT begins again from a fresh policy (another init seed and batch order), up to this many starts; the last

@@ -112,3 +112,16 @@ def test_the_router_plays_each_vector_once(monkeypatch):
     assert router({"balanced": preset("balanced")}) == {"balanced": 0.5} and len(calls) == 1
     monkeypatch.setattr(sc, "router_records", lambda *a: None)  # a run without a router
     assert RouterOnTasks(CFG, None, TRAIN, None, None)({"balanced": preset("balanced")}) is None
+
+
+def test_the_check_judges_falls_as_sft_check_falls_says(monkeypatch):
+    """cpu_tiny's check judges falls by their estimates (sft.check_falls: estimate); `interval`, as the verdict."""
+    import cluster.sft_check as sc
+
+    seen = []
+    monkeypatch.setattr(sc, "train_check", lambda *args: seen.append(args[7]) or {})
+    for cfg in (load_config(["experiment=cpu_tiny"]), load_config(["experiment=cpu_tiny", "sft.check_falls=interval"])):
+        trainer = SimpleNamespace(cfg=cfg, dir=None, train=TRAIN, scripted=None, tokenizer=lambda: None,
+                                  rollout=None, bars=None, sync_weights=None)
+        sc.checker(trainer, ["follows"])(360)
+    assert [g.by_estimate for g in seen] == [True, False] and seen[0].share == Goals().share

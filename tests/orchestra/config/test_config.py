@@ -55,6 +55,7 @@ def test_cli_overrides_and_group_swap():
     ("reward.unanswered_penalty=-1", "reward.unanswered_penalty"),
     ("sft.candidates=0", "sft.candidates"),
     ("sft.starts=0", "sft.starts"),
+    ("sft.check_falls=median", "sft.check_falls"),
     ("zoo.server.client_max_in_flight=-1", "zoo.server.client_max_in_flight"),
     ("engine.join_every=-1", "engine.join_every"),
     ("engine.prefill_chunk_tokens=-1", "engine.prefill_chunk_tokens"),
