@@ -12,7 +12,8 @@ No step of a curve may rise (where the router's rises, the policy's may rise by 
 of $ on the log scale, ln($ before / $ after), must reach `share` (1/3) of its router's fall over the same step,
 unless the policy already spends no more than its router at the step's end. And from the curve's first point to
 each point after its first step, the fall must reach `share` of its router's. Each of these fails only where the
-upper end of its paired 95% interval (the same tasks at both points, orchestra/eval/stats.paired_log_fall) does. So
+upper end of its paired 95% interval (the same tasks at both points, orchestra/eval/stats.paired_log_fall) does
+(SFT's check may judge the falls by their estimates instead: `Goals.by_estimate`, sft.check_falls). So
 a flat stretch fails wherever it lies (one route at two weights: an interval of zero width; rank-only adherence let a
 flat middle through, a cumulative rule alone a flat top), a step a 64-task sample cannot tell from a third of its
 router's is not failed on noise, a router that sends two presets to the same model asks no fall there, and a policy
