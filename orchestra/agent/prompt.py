@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from orchestra.agent import toolorchestra_format
@@ -198,15 +198,15 @@ def _last_line_at(text: str) -> int:
     return max(text.rfind(head) for head, _, _ in _LINES)
 
 
-def _shown(line: str) -> tuple[str, dict[str, str]]:
-    """The last weights line of `line`: its head and each weight as the line writes it ({"cost": "4.5", ...});
-    ("", {}) when `line` holds none."""
+def _shown(line: str) -> tuple[str, Callable[[str], float], dict[str, str]]:
+    """The last weights line of `line`: its head, its reader of a shown value and each weight as the line writes it
+    ({"cost": "4.5", ...}); ("", float, {}) when `line` holds none."""
     at = _last_line_at(line)
     if at < 0:
-        return "", {}
-    head, pattern, _ = next(entry for entry in _LINES if line.startswith(entry[0], at))
+        return "", float, {}
+    head, pattern, read = next(entry for entry in _LINES if line.startswith(entry[0], at))
     found = pattern.findall(line[at:])
-    return (head, dict(part.rpartition(" ")[::2] for part in found[-1].split(", "))) if found else ("", {})
+    return (head, read, dict(part.rpartition(" ")[::2] for part in found[-1].split(", "))) if found else ("", float, {})
 
 
 def parse_weights(line: str) -> Preference:
@@ -214,10 +214,9 @@ def parse_weights(line: str) -> Preference:
     numbers; "Preference weights per unit of accuracy: cost 3.0e-1, latency 0." and the levels line, "... cost 4.5,
     latency 0.", read as accuracy 1, a level as the weight it stands for), read back from the last such line; {}
     when `line` holds none."""
-    head, shown = _shown(line)
+    head, read, shown = _shown(line)
     if not shown:
         return {}
-    read = next(r for h, _, r in _LINES if h == head)
     return ({} if head == WEIGHTS_HEAD else {"accuracy": 1.0}) | {key: read(value) for key, value in shown.items()}
 
 
@@ -246,7 +245,7 @@ def preference_note(prompt: str, bounds: Sequence[float] = (), latency_words: Se
             return ""
         note = preference_words(parse_weights(prompt[at:]), bounds, latency_words)[len("Priorities: "):].rstrip(".")
         if numbers:
-            _, shown = _shown(prompt[at:])
+            shown = _shown(prompt[at:])[2]
             note = ", ".join(f"{k} {shown[k]} {w}" if k in shown else part
                              for part in note.split(", ") for k, _, w in [part.partition(" ")])
             copied = True

@@ -62,6 +62,10 @@ class Goals:
     # estimate); rises are judged by their intervals either way
     by_estimate: bool = False
 
+    def reach(self, estimate: float, upper: float) -> float:
+        """What a fall is judged by: its estimate (`by_estimate`) or the upper end of its 95% interval."""
+        return estimate if self.by_estimate else upper
+
     def spread_ok(self, spread: float) -> bool:
         return spread >= self.min_spread - TOLERANCE  # nan fails
 
@@ -138,9 +142,8 @@ def step_problems(c: Curve, goals: Goals) -> tuple[list[str], str]:
            if not hi >= n - TOLERANCE]
     # each step falls at least `share` of its router's step, unless the policy already spends no more than its
     # router at the step's end (it is not asked to fall below its teacher)
-    reach = [est if goals.by_estimate else hi for est, hi in falls]
-    short = [r > 0 and not (f >= goals.share * r - TOLERANCE or pb <= rb)
-             for f, r, pb, rb in zip(reach, r_steps, c.policy[1:], c.router[1:])]
+    short = [r > 0 and not (goals.reach(f, hi) >= goals.share * r - TOLERANCE or pb <= rb)
+             for (f, hi), r, pb, rb in zip(falls, r_steps, c.policy[1:], c.router[1:])]
     bad += [f"{c.name}: from {a} to {b} $ falls {f:.2f} on the log scale{u}, goal >= {goals.share * r:.2f} "
             f"({goals.share:.2g} of its router's step {r:.2f}) or at most its router's {100 * rb:.4f} ¢ there"
             for a, b, (f, _), u, r, rb, s in zip(c.labels, c.labels[1:], falls, upto, r_steps, c.router[1:], short)
@@ -152,7 +155,7 @@ def step_problems(c: Curve, goals: Goals) -> tuple[list[str], str]:
     bad += [f"{c.name}: from {c.labels[0]} to {b} $ falls {f:.2f} on the log scale"
             + (f" (95% up to {hi:.2f})" if c.tasks else "") + f", goal >= {goals.share * r:.2f} "
             f"({goals.share:.2g} of its router's {r:.2f})" for b, (f, hi), r in zip(c.labels[2:], fell, r_fell)
-            if not (f if goals.by_estimate else hi) >= goals.share * r - TOLERANCE]
+            if not goals.reach(f, hi) >= goals.share * r - TOLERANCE]
     span = " ... ".join(dict.fromkeys([c.labels[2], c.labels[-1]])) if len(c.labels) > 2 else "-"
     line = (f"{c.name}: $ {shown} ¢; ln($ fall) per step " + " · ".join(
         f"{f:.2f}" + (f" (to {hi:.2f})" if c.tasks else "") for f, hi in falls)
